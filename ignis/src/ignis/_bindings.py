@@ -1,0 +1,225 @@
+"""The bindings seam: the only module that imports ``cuda.bindings``.
+
+It hides the differences between cuda-bindings 12.x and 13.x and is the single error choke point:
+every driver and NVRTC status goes through :func:`check` (or :func:`check_nvrtc`), which turns a
+failure into :class:`~ignis.CudaError`. Nothing else in ignis compares status codes.
+
+Usage inside ignis::
+
+    from ._bindings import cu
+    ptr = cu.cuMemAlloc(nbytes)          # checked; returns the values after the status
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import CudaError, NoDeviceError
+
+try:  # cuda-bindings >= 12.6 lays the modules out under cuda.bindings
+    from cuda.bindings import driver, nvrtc
+    _IMPORT_ERROR: BaseException | None = None
+except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+    driver = None  # type: ignore[assignment]
+    nvrtc = None  # type: ignore[assignment]
+    _IMPORT_ERROR = exc
+
+__all__ = [
+    "driver",
+    "nvrtc",
+    "cu",
+    "nv",
+    "check",
+    "check_nvrtc",
+    "ensure_driver",
+    "driver_available",
+    "driver_unavailable_reason",
+    "bindings_version",
+    "nvrtc_version",
+    "driver_version",
+]
+
+_CU_SUCCESS = 0  # driver and NVRTC success statuses are both int enums equal to 0
+
+
+def error_from_status(status: Any, call: str) -> CudaError:
+    """Build the :class:`CudaError` for a failed driver status (no raise)."""
+    if isinstance(status, nvrtc.nvrtcResult):
+        _, text = nvrtc.nvrtcGetErrorString(status)
+        return CudaError(status.name, _to_str(text), call, int(status))
+    name = getattr(status, "name", str(status))
+    try:
+        err, text = driver.cuGetErrorString(status)
+        description = _to_str(text) if err == _CU_SUCCESS else "unknown error"
+    except Exception:  # the driver may be the thing that is broken
+        description = "unknown error"
+    return CudaError(name, description, call, int(status))
+
+
+def check(result: tuple, call: str) -> Any:
+    """Raise :class:`CudaError` unless ``result[0]`` is success; return the remaining values.
+
+    ``result`` is the tuple every ``cuda.bindings`` function returns: ``(status, *values)``.
+    One value comes back bare, several as a tuple, none as ``None``. Driver and NVRTC statuses
+    are int enums in both 12.x and 13.x, with success equal to 0.
+    """
+    if result[0]:
+        raise error_from_status(result[0], call)
+    n = len(result)
+    if n == 2:
+        return result[1]
+    return None if n == 1 else result[1:]
+
+
+check_nvrtc = check
+
+
+class _Checked:
+    """Attribute access to a bindings module where every function's status is checked.
+
+    ``cu.cuMemAlloc(n)`` calls ``driver.cuMemAlloc(n)`` and passes the result through
+    :func:`check`. Wrappers are built on first use and cached.
+    """
+
+    def __init__(self, module_getter: Callable[[], Any], requires_driver: bool):
+        self._module_getter = module_getter
+        self._requires_driver = requires_driver
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        module = self._module_getter()
+        fn = getattr(module, name)
+        if self._requires_driver:
+
+            def wrapper(*args: Any, _fn: Any = fn, _name: str = name) -> Any:
+                ensure_driver()
+                return check(_fn(*args), _name)
+
+        else:
+
+            def wrapper(*args: Any, _fn: Any = fn, _name: str = name) -> Any:
+                return check(_fn(*args), _name)
+
+        wrapper.__name__ = name
+        object.__setattr__(self, name, wrapper)
+        return wrapper
+
+
+def _driver_module() -> Any:
+    if driver is None:
+        raise NoDeviceError(f"cuda-bindings is not importable ({_IMPORT_ERROR}); install ignis-cuda[cu12] or ignis-cuda[cu13]")
+    return driver
+
+
+def _nvrtc_module() -> Any:
+    if nvrtc is None:
+        raise NoDeviceError(f"cuda-bindings is not importable ({_IMPORT_ERROR})")
+    return nvrtc
+
+
+cu = _Checked(_driver_module, requires_driver=True)
+"""Checked access to ``cuda.bindings.driver`` (initializes the driver on first use)."""
+
+nv = _Checked(_nvrtc_module, requires_driver=False)
+"""Checked access to ``cuda.bindings.nvrtc`` (needs no GPU)."""
+
+
+# --- driver initialization -------------------------------------------------------------------
+
+_init_lock = threading.Lock()
+_init_state: dict[str, Any] = {"done": False, "ok": False, "reason": ""}
+
+
+def _initialize() -> None:
+    with _init_lock:
+        if _init_state["done"]:
+            return
+        ok, reason = False, ""
+        if driver is None:
+            reason = f"cuda-bindings is not importable ({_IMPORT_ERROR})"
+        else:
+            try:
+                (status,) = driver.cuInit(0)
+                if status == _CU_SUCCESS:
+                    status, count = driver.cuDeviceGetCount()
+                    if status == _CU_SUCCESS and count > 0:
+                        ok = True
+                    elif status == _CU_SUCCESS:
+                        reason = "the CUDA driver reports no devices"
+                    else:
+                        reason = f"cuDeviceGetCount failed with {status.name}"
+                else:
+                    reason = f"cuInit failed with {status.name}"
+            except Exception as exc:  # libcuda.so missing: the bindings raise while loading it
+                reason = f"the NVIDIA driver library could not be loaded ({type(exc).__name__}: {exc})"
+        _init_state.update(done=True, ok=ok, reason=reason)
+
+
+def driver_available() -> bool:
+    """True when the CUDA driver loaded, initialized and reports at least one device."""
+    if not _init_state["done"]:
+        _initialize()
+    return _init_state["ok"]
+
+
+def driver_unavailable_reason() -> str:
+    """Why :func:`driver_available` is false ("" when it is true)."""
+    driver_available()
+    return _init_state["reason"]
+
+
+def ensure_driver() -> None:
+    """Raise :class:`NoDeviceError` unless a usable CUDA driver and device exist."""
+    if _init_state["ok"]:
+        return
+    if not driver_available():
+        raise NoDeviceError(
+            "no CUDA device is available: "
+            + _init_state["reason"]
+            + ". GPU operations need an NVIDIA GPU and driver; array operations can run on "
+            "device='cpu' (ignis.set_default_device('cpu'))."
+        )
+
+
+# --- versions --------------------------------------------------------------------------------
+
+
+def bindings_version() -> str:
+    """The installed cuda-bindings version, e.g. ``"12.9.0"``."""
+    try:
+        from cuda.bindings import __version__
+
+        return str(__version__)
+    except ImportError:  # pragma: no cover
+        return "not installed"
+
+
+def bindings_major() -> int:
+    """The major version of cuda-bindings (12 or 13)."""
+    try:
+        return int(bindings_version().split(".")[0])
+    except ValueError:  # pragma: no cover
+        return 0
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """The NVRTC version as ``(major, minor)``; needs no GPU."""
+    major, minor = nv.nvrtcVersion()
+    return int(major), int(minor)
+
+
+def driver_version() -> tuple[int, int] | None:
+    """The CUDA version the driver supports as ``(major, minor)``, or None without a driver."""
+    if not driver_available():
+        return None
+    v = int(cu.cuDriverGetVersion())
+    return v // 1000, (v % 1000) // 10
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
