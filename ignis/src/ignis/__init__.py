@@ -16,6 +16,27 @@ from ._errors import (
     ShapeError,
 )
 
+from ._device import Device, current_device, device_count, is_available, synchronize
+from ._graph import Graph
+from ._memory import (
+    AsyncMemoryResource,
+    Buffer,
+    MemoryResource,
+    PinnedBuffer,
+    PlainMemoryResource,
+    alloc,
+    get_memory_resource,
+    memcpy,
+    memory_stats,
+    memset,
+    pinned_empty,
+    reset_peak_memory_stats,
+    set_memory_resource,
+)
+from ._stream import Event, Stream, current_stream, default_stream
+from . import jit
+from ._compiler import CompileOptions, ObjectCode, compile
+
 __version__ = "0.1.0"
 
 logger = logging.getLogger("ignis")

@@ -33,6 +33,8 @@ __all__ = [
     "nv",
     "check",
     "check_nvrtc",
+    "check_ready",
+    "is_out_of_memory",
     "ensure_driver",
     "driver_available",
     "driver_unavailable_reason",
@@ -74,6 +76,22 @@ def check(result: tuple, call: str) -> Any:
 
 
 check_nvrtc = check
+
+
+def check_ready(result: tuple, call: str) -> bool:
+    """Check a ``cuStreamQuery``/``cuEventQuery`` result: True when the work is done, False while it
+    is still running (``CUDA_ERROR_NOT_READY``), :class:`CudaError` for anything else."""
+    status = result[0]
+    if not status:
+        return True
+    if status == driver.CUresult.CUDA_ERROR_NOT_READY:
+        return False
+    raise error_from_status(status, call)
+
+
+def is_out_of_memory(error: CudaError) -> bool:
+    """True when ``error`` is the driver's out-of-memory status."""
+    return error.code == "CUDA_ERROR_OUT_OF_MEMORY"
 
 
 class _Checked:

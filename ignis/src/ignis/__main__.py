@@ -1,0 +1,111 @@
+"""``python -m ignis`` (also the ``ignis`` command): print an environment report.
+
+It lists the versions of ignis, cuda-bindings, NVRTC and the driver, each device with its key
+properties and the compile-cache directory, and where a GPU exists it compiles, launches and
+verifies a kernel. It exits 0 without a GPU, saying so, and 1 if the self-check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from ._bindings import bindings_version, driver_available, driver_unavailable_reason, driver_version, nvrtc_version
+
+
+def _fmt_gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _device_lines() -> list[str]:
+    from ._device import Device, device_count
+
+    lines = []
+    for i in range(device_count()):
+        d = Device(i)
+        p = d.properties
+        free, total = d.mem_info()
+        lines += [
+            f"  cuda:{i}  {d.name}  ({d.arch}, compute capability {p['compute_capability'][0]}.{p['compute_capability'][1]})",
+            f"      memory           {_fmt_gib(free)} free of {_fmt_gib(total)}",
+            f"      multiprocessors  {p['multiprocessor_count']} x {p['max_threads_per_multiprocessor']} threads,"
+            f" {p['clock_rate_khz'] / 1e6:.2f} GHz",
+            f"      shared memory    {p['max_shared_memory_per_block'] // 1024} KiB per block"
+            f" ({p['max_shared_memory_per_block_optin'] // 1024} KiB opt-in), L2 {p['l2_cache_size'] // 2**20} MiB",
+            f"      memory bus       {p['memory_bus_width_bits']} bit at {p['memory_clock_rate_khz'] / 1e6:.2f} GHz;"
+            f" cooperative launch {'yes' if p['cooperative_launch'] else 'no'};"
+            f" memory pools {'yes' if p['memory_pools_supported'] else 'no'}",
+        ]
+    return lines
+
+
+def self_check() -> tuple[bool, str]:
+    """Compile, launch and verify a kernel on every device. Returns (ok, one-line summary)."""
+    from . import jit
+    from ._device import Device, device_count
+    from ._kernel import Kernel
+    from ._memory import alloc
+    from ._sources import read_source
+
+    source = read_source("selfcheck.cu")
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    expected = 2.5 * x.astype(np.float64) + y
+    reports = []
+    for i in range(device_count()):
+        with Device(i) as dev:
+            t0 = time.perf_counter()
+            code = jit.compile(source, options=jit.CompileOptions(arch=dev.arch), name_expressions=("ignis_selfcheck_axpy",))
+            kernel = Kernel.from_object_code(code, "ignis_selfcheck_axpy", source)
+            bx, by = alloc(x.nbytes), alloc(y.nbytes)
+            bx.copy_from_host(x)
+            by.copy_from_host(y)
+            kernel.launch(grid=Kernel.calc_grid_size(n), block=256, args=[2.5, bx, by, n])
+            out = np.empty_like(y)
+            by.copy_to_host(out)
+            ms = (time.perf_counter() - t0) * 1e3
+            err = float(np.max(np.abs(out - expected)))
+            if not err < 1e-5:
+                return False, f"cuda:{i}: self-check FAILED: max error {err:g} (expected < 1e-5)"
+            reports.append(f"cuda:{i} ok ({ms:.0f} ms, max error {err:.1e})")
+    return True, "self-check passed: " + "; ".join(reports)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ignis", description="Print the ignis environment report.")
+    parser.add_argument("--no-self-check", action="store_true", help="skip compiling and launching a test kernel")
+    args = parser.parse_args(argv)
+
+    from .jit import cache_dir
+
+    major, minor = nvrtc_version()
+    drv = driver_version()
+    print(f"ignis {__version__}")
+    print(f"  python          {sys.version.split()[0]}")
+    print(f"  numpy           {np.__version__}")
+    print(f"  cuda-bindings   {bindings_version()}")
+    print(f"  NVRTC           {major}.{minor}")
+    print(f"  CUDA driver     {'%d.%d' % drv if drv else 'not available'}")
+    print(f"  compile cache   {cache_dir() or 'disabled'}")
+    if not driver_available():
+        print(f"no GPU: {driver_unavailable_reason()}")
+        print("ignis works without a GPU: arrays run on the CPU backend; kernels still compile with NVRTC.")
+        return 0
+    print("devices:")
+    for line in _device_lines():
+        print(line)
+    if args.no_self_check:
+        return 0
+    ok, summary = self_check()
+    print(summary)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
