@@ -18,6 +18,7 @@ from ._errors import (
 
 from ._device import Device, current_device, device_count, is_available, synchronize
 from ._graph import Graph
+from ._kernel import Kernel, compile_kernel
 from ._memory import (
     AsyncMemoryResource,
     Buffer,
@@ -36,6 +37,83 @@ from ._memory import (
 from ._stream import Event, Stream, current_stream, default_stream
 from . import jit
 from ._compiler import CompileOptions, ObjectCode, compile
+
+from . import half
+from ._dtypes import (
+    DType,
+    bfloat16,
+    bool_,
+    can_cast,
+    float16,
+    float32,
+    float64,
+    int8,
+    int32,
+    int64,
+    promote_types,
+    result_type,
+    uint8,
+)
+from ._array import (
+    NvArray,
+    abs,
+    accumulate,
+    add,
+    arange,
+    argmax,
+    argmin,
+    asarray,
+    clip,
+    concatenate,
+    cos,
+    divide,
+    empty,
+    empty_like,
+    equal,
+    erf,
+    exp,
+    from_dlpack,
+    from_host,
+    full,
+    full_like,
+    gelu,
+    get_default_device,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    log,
+    log_softmax,
+    matmul,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    multiply,
+    negative,
+    not_equal,
+    ones,
+    ones_like,
+    power,
+    random,
+    relu,
+    rsqrt,
+    set_default_device,
+    sigmoid,
+    silu,
+    sin,
+    softmax,
+    sqrt,
+    stack,
+    subtract,
+    sum,
+    tanh,
+    var,
+    where,
+    zeros,
+    zeros_like,
+)
 
 __version__ = "0.1.0"
 
