@@ -42,7 +42,7 @@ def _unload(device: Device, module: Any) -> None:
 class _Loaded:
     """A kernel's state on one device: module, function handle, packer, limits, config cache."""
 
-    __slots__ = ("device", "module", "function", "packer", "limits", "configs", "dynamic_smem_set", "_finalizer")
+    __slots__ = ("device", "module", "function", "packer", "limits", "configs", "dynamic_smem_set", "_finalizer", "__weakref__")
 
     def __init__(self, kernel: Kernel, device: Device):
         activate(device)
