@@ -1,0 +1,270 @@
+"""Array constructors: empty, zeros, ones, full, arange, from_host, asarray and ``*_like``.
+
+``empty/zeros/ones/full`` default to float32. ``from_host`` and ``asarray`` infer the dtype the
+way NumPy does (Python floats give float64, Python ints int64) unless ``dtype`` is given.
+``device=None`` means :func:`ignis.get_default_device`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _dtypes as dt
+from .._errors import DTypeError, ShapeError
+from . import _layout
+from ._backend import get_backend
+from ._device import ArrayDevice, as_device, get_default_device
+from .array import NvArray
+
+__all__ = [
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "from_host",
+    "asarray",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+]
+
+
+def resolve_device(device: Any) -> ArrayDevice:
+    return get_default_device() if device is None else as_device(device)
+
+
+def _new(shape: tuple[int, ...], dtype: dt.DType, device: ArrayDevice) -> NvArray:
+    """A new contiguous, uninitialized array (internal: arguments already normalized)."""
+    backend = get_backend(device)
+    itemsize = dtype.itemsize
+    storage = backend.alloc(_layout.numel(shape) * itemsize)
+    return NvArray._make(
+        storage,
+        0,
+        shape,
+        _layout.contiguous_strides(shape, itemsize),
+        dtype,
+        device,
+        backend,
+        backend.default_stream(),
+    )
+
+
+def empty(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    """An uninitialized array of ``shape``. Example: ``ignis.empty((2, 3), dtype="int32")``."""
+    return _new(
+        _layout.normalize_shape(shape, "empty"), dt.as_dtype(dtype, "empty"), resolve_device(device)
+    )
+
+
+def zeros(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    """An array of zeros. Example: ``ignis.zeros(4)``."""
+    out = _new(
+        _layout.normalize_shape(shape, "zeros"), dt.as_dtype(dtype, "zeros"), resolve_device(device)
+    )
+    out._backend.fill(out, False if out.dtype is dt.bool_ else 0)
+    return out
+
+
+def ones(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    """An array of ones. Example: ``ignis.ones((2, 2), dtype="bfloat16")``."""
+    out = _new(
+        _layout.normalize_shape(shape, "ones"), dt.as_dtype(dtype, "ones"), resolve_device(device)
+    )
+    out._backend.fill(out, True if out.dtype is dt.bool_ else 1)
+    return out
+
+
+def full(
+    shape: Any, fill_value: Any, dtype: dt.DTypeLike = "float32", device: Any = None
+) -> NvArray:
+    """An array whose elements are all ``fill_value``. Example: ``ignis.full(3, 2.5)``."""
+    out = _new(
+        _layout.normalize_shape(shape, "full"), dt.as_dtype(dtype, "full"), resolve_device(device)
+    )
+    from ._ops import _fill
+
+    return _fill(out, fill_value, "full")
+
+
+def arange(
+    start: Any,
+    stop: Any = None,
+    step: Any = 1,
+    dtype: dt.DTypeLike | None = None,
+    device: Any = None,
+) -> NvArray:
+    """Values ``start + i * step`` for ``i`` in ``0..ceil((stop - start) / step) - 1``.
+
+    With one argument it is ``stop`` (``arange(5)`` is 0..4). The dtype is inferred like
+    NumPy (all ints -> int64, any float -> float64) unless given. Element values are computed
+    in float64 (int64 for integer dtypes) and rounded once.
+    """
+    if stop is None:
+        start, stop = 0, start
+    bounds = []
+    for name, v in (("start", start), ("stop", stop), ("step", step)):
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise DTypeError(f"arange: {name} must be an int or a float, got {v!r}")
+        bounds.append(v)
+    start, stop, step = bounds
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    target = (
+        dt.as_dtype(dtype, "arange") if dtype is not None else dt.result_type(start, stop, step)
+    )
+    if all(isinstance(v, int) for v in bounds):
+        n = max(0, -(-(stop - start) // step))
+    else:
+        span = (stop - start) / step
+        if math.isnan(span) or math.isinf(span):
+            raise ValueError(
+                f"arange: cannot compute the length of [{start}, {stop}) with step {step}"
+            )
+        n = max(0, math.ceil(span))
+    out = _new((n,), target, resolve_device(device))
+    if n:
+        out._backend.arange(out, start, step)
+    return out
+
+
+def _host_array(values: Any, dtype: dt.DType | None, op: str) -> np.ndarray:
+    if isinstance(values, NvArray):
+        host = values.to_host()
+        return host if dtype is None else host.astype(dtype.numpy)
+    try:
+        host = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype.numpy)
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(
+            f"{op}: cannot convert {type(values).__name__} to an array ({exc})"
+        ) from None
+    if host.dtype.kind in "OUSV" and host.dtype != dt.bfloat16.numpy:
+        raise DTypeError(f"{op}: cannot convert values of NumPy dtype {host.dtype} to an array")
+    return host
+
+
+def from_host(
+    values: Any, shape: Any = None, dtype: dt.DTypeLike | None = None, device: Any = None
+) -> NvArray:
+    """A copy of ``values`` (nested lists, NumPy array, scalar, NvArray) on ``device``.
+
+    ``shape`` reshapes the values (the element count must match); ``dtype`` converts them.
+    Example: ``NvArray.from_host([1, 2, 3, 4], shape=(2, 2), dtype="float16")``.
+    """
+    target = dt.as_dtype(dtype, "from_host") if dtype is not None else None
+    host = _host_array(values, target, "from_host")
+    d = target if target is not None else dt.as_dtype(host.dtype, "from_host")
+    if shape is not None:
+        new_shape = _layout.normalize_shape(shape, "from_host")
+        if _layout.numel(new_shape) != host.size:
+            raise ShapeError(
+                f"from_host: {host.size} values cannot take shape {new_shape} "
+                f"({_layout.numel(new_shape)} elements)"
+            )
+        host = host.reshape(new_shape)
+    host = np.asarray(host, order="C")
+    out = _new(tuple(host.shape), d, resolve_device(device))
+    out._backend.copyin(out, host)
+    return out
+
+
+def _wrap_host(host: np.ndarray, device: ArrayDevice) -> NvArray | None:
+    """A zero-copy CPU NvArray over ``host``'s memory, or None when that is not possible."""
+    try:
+        d = dt.as_dtype(host.dtype, "asarray")
+    except DTypeError:
+        return None
+    if not host.flags.writeable or host.dtype.byteorder == ">" or host.size == 0:
+        return None
+    backend = get_backend(device)
+    ptr = int(host.__array_interface__["data"][0])
+    lo, hi = _layout.byte_extent(ptr, host.shape, host.strides, host.itemsize)
+    storage = backend.wrap_external(lo, hi - lo, host)
+    return NvArray._make(
+        storage, ptr - lo, tuple(host.shape), tuple(host.strides), d, device, backend, None
+    )
+
+
+def asarray(
+    obj: Any, dtype: dt.DTypeLike | None = None, device: Any = None, copy: bool | None = None
+) -> NvArray:
+    """``obj`` as an NvArray, sharing memory where possible.
+
+    * an NvArray is returned as is (moved or converted when ``device``/``dtype`` differ);
+    * a NumPy array becomes a CPU array *sharing its memory* when the device is ``"cpu"``
+      (read-only or unsupported layouts are copied);
+    * objects with ``__cuda_array_interface__`` or ``__dlpack__`` (CuPy, PyTorch, JAX) are
+      imported zero-copy;
+    * anything else (lists, scalars) is copied like :meth:`NvArray.from_host`.
+
+    ``copy=True`` always copies; ``copy=False`` raises ValueError where a copy is needed.
+    Example: ``ignis.asarray(numpy.arange(6.0).reshape(2, 3), device="cpu")``.
+    """
+    target_dtype = dt.as_dtype(dtype, "asarray") if dtype is not None else None
+    if isinstance(obj, NvArray):
+        out = obj if device is None else obj.to(device)
+        if copy is False and out is not obj:
+            raise ValueError(
+                f"asarray: moving from {obj.device} to {device} needs a copy (copy=False)"
+            )
+        if target_dtype is not None and target_dtype is not out.dtype:
+            if copy is False:
+                raise ValueError("asarray: converting the dtype needs a copy (copy=False)")
+            return out.astype(target_dtype)
+        return out.clone() if copy and out is obj else out
+    dev = resolve_device(device)
+    if isinstance(obj, np.ndarray) and dev.type == "cpu" and copy is not True:
+        if target_dtype is None or target_dtype.numpy == obj.dtype:
+            wrapped = _wrap_host(obj, dev)
+            if wrapped is not None:
+                return wrapped
+    elif not isinstance(obj, (np.ndarray, np.generic)):
+        from . import _interop
+
+        imported = _interop.import_foreign(obj, dev if device is not None else None)
+        if imported is not None:
+            return asarray(imported, dtype=dtype, device=device, copy=copy)
+    if copy is False:
+        raise ValueError(
+            f"asarray: {type(obj).__name__} cannot be used without a copy (copy=False)"
+        )
+    return from_host(obj, dtype=target_dtype, device=dev)
+
+
+def _like(x: Any, dtype: Any, device: Any) -> tuple[tuple[int, ...], dt.DType, ArrayDevice]:
+    if not isinstance(x, NvArray):
+        raise TypeError(f"expected an NvArray, got {type(x).__name__}")
+    d = x.dtype if dtype is None else dt.as_dtype(dtype)
+    return x.shape, d, x.device if device is None else as_device(device)
+
+
+def empty_like(x: NvArray, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
+    """An uninitialized array with ``x``'s shape (and dtype and device unless given)."""
+    return _new(*_like(x, dtype, device))
+
+
+def zeros_like(x: NvArray, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
+    """Zeros with ``x``'s shape (and dtype and device unless given)."""
+    shape, d, dev = _like(x, dtype, device)
+    return zeros(shape, d, dev)
+
+
+def ones_like(x: NvArray, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
+    """Ones with ``x``'s shape (and dtype and device unless given)."""
+    shape, d, dev = _like(x, dtype, device)
+    return ones(shape, d, dev)
+
+
+def full_like(
+    x: NvArray, fill_value: Any, dtype: dt.DTypeLike | None = None, device: Any = None
+) -> NvArray:
+    """``fill_value`` everywhere, with ``x``'s shape (and dtype and device unless given)."""
+    shape, d, dev = _like(x, dtype, device)
+    return full(shape, fill_value, d, dev)

@@ -1,0 +1,634 @@
+"""Array functions: elementwise math, comparisons, reductions, softmax, matmul, joining.
+
+Each function checks its operands (devices, types), applies the rule from ``_semantics`` and
+runs the op on the operands' backend. Operands are NvArrays or scalars: Python scalars are weak
+in promotion, NumPy scalars carry their dtype. NumPy arrays are not converted implicitly (that
+would hide a host-to-device copy): wrap them with :func:`ignis.asarray` first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _dtypes as dt
+from .._errors import DeviceMismatchError, DTypeError, ShapeError
+from . import _creation, _layout
+from . import _semantics as sem
+from .array import NvArray
+
+__all__ = [
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+    "equal",
+    "not_equal",
+    "less",
+    "less_equal",
+    "greater",
+    "greater_equal",
+    "negative",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "silu",
+    "erf",
+    "where",
+    "clip",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "var",
+    "argmax",
+    "argmin",
+    "softmax",
+    "log_softmax",
+    "matmul",
+    "accumulate",
+    "concatenate",
+    "stack",
+]
+
+
+class _Scalar:
+    """A NumPy scalar operand: strong in promotion (it has a dtype), passed as a Python value."""
+
+    __slots__ = ("value", "dtype", "shape")
+
+    def __init__(self, value: Any, dtype: dt.DType):
+        self.value = value
+        self.dtype = dtype
+        self.shape = ()
+
+
+def _is_operand(x: Any) -> bool:
+    return isinstance(x, (NvArray, bool, int, float, np.generic)) or (
+        isinstance(x, np.ndarray) and x.ndim == 0
+    )
+
+
+def _operand(x: Any, op: str) -> Any:
+    """NvArray, Python bool/int/float (weak) or _Scalar (NumPy scalar, strong)."""
+    if isinstance(x, NvArray):
+        return x
+    t = type(x)
+    if t is bool or t is int or t is float:
+        return x
+    if isinstance(x, (np.generic, np.ndarray)) and np.ndim(x) == 0:
+        d = dt.as_dtype(x.dtype, op)
+        value = np.asarray(x).item()
+        if d.kind == "f":
+            value = float(value)
+        return _Scalar(value, d)
+    if isinstance(x, bool):
+        return bool(x)
+    if isinstance(x, int):
+        return int(x)
+    if isinstance(x, float):
+        return float(x)
+    if isinstance(x, complex):
+        raise DTypeError(f"{op}: complex values are not supported (got {x!r})")
+    if isinstance(x, np.ndarray):
+        raise TypeError(
+            f"{op}: NumPy arrays are not converted implicitly; wrap with "
+            "ignis.asarray(x, device=...)"
+            f" (got an array of shape {x.shape})"
+        )
+    raise TypeError(
+        f"{op}: expected an NvArray or a Python/NumPy scalar, got {type(x).__name__}; "
+        "convert sequences with ignis.asarray"
+    )
+
+
+def _value(x: Any) -> Any:
+    """What a backend receives for an operand: the NvArray or a Python scalar."""
+    return x.value if isinstance(x, _Scalar) else x
+
+
+def _require_array(x: Any, op: str) -> NvArray:
+    if not isinstance(x, NvArray):
+        raise TypeError(
+            f"{op}: expected an NvArray, got {type(x).__name__}; convert with ignis.asarray"
+        )
+    return x
+
+
+def _common_device(op: str, arrays: list[NvArray]) -> NvArray:
+    first = arrays[0]
+    for other in arrays[1:]:
+        if other._device != first._device:
+            raise DeviceMismatchError(
+                f"{op}: operands are on different devices ({first._device} and {other._device}); "
+                "move them with .to(device) first"
+            )
+    return first
+
+
+def _broadcast(x: Any, shape: tuple[int, ...], op: str) -> Any:
+    if isinstance(x, NvArray) and x._shape != shape:
+        strides = _layout.broadcast_strides(x._shape, x._strides, shape, op)
+        return x._view(x._offset, shape, strides)
+    return x
+
+
+def _overlaps(a: NvArray, b: NvArray) -> bool:
+    if a._storage is not b._storage:
+        return False
+    ra = _layout.byte_extent(a._offset, a._shape, a._strides, a.itemsize)
+    rb = _layout.byte_extent(b._offset, b._shape, b._strides, b.itemsize)
+    return _layout.ranges_overlap(ra, rb)
+
+
+def _identical(a: NvArray, b: NvArray) -> bool:
+    return (
+        a._storage is b._storage
+        and a._offset == b._offset
+        and a._shape == b._shape
+        and a._strides == b._strides
+        and a._dtype is b._dtype
+    )
+
+
+def _unalias(x: Any, out: NvArray, allow_identical: bool) -> Any:
+    """``x``, or a copy of it when it shares memory with ``out`` in a way the op cannot handle."""
+    if (
+        isinstance(x, NvArray)
+        and _overlaps(x, out)
+        and not (allow_identical and _identical(x, out))
+    ):
+        return x.clone()
+    return x
+
+
+def _check_out(op: str, out: Any, shape: tuple[int, ...], dtype: dt.DType, device: Any) -> NvArray:
+    if not isinstance(out, NvArray):
+        raise TypeError(f"{op}: out must be an NvArray, got {type(out).__name__}")
+    if out._device != device:
+        raise DeviceMismatchError(f"{op}: out is on {out._device} but the operands are on {device}")
+    if out._shape != shape:
+        raise ShapeError(f"{op}: out has shape {out._shape}, expected {shape}")
+    if out._dtype is not dtype:
+        raise DTypeError(f"{op}: out has dtype {out._dtype.name}, expected {dtype.name}")
+    return out
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
+    x = _require_array(x, op)
+    spec = sem.unary(op, x._shape, x._dtype)
+    out = _creation._new(spec.shape, spec.dtype, x._device)
+    x._backend.unary(op, out, x, spec.compute, params or {})
+    return out
+
+
+def _binary(op: str, a: Any, b: Any) -> NvArray:
+    a, b = _operand(a, op), _operand(b, op)
+    arrays = [x for x in (a, b) if isinstance(x, NvArray)]
+    if not arrays:
+        raise TypeError(f"{op}: at least one operand must be an NvArray, got two scalars")
+    first = _common_device(op, arrays)
+    spec = sem.binary(op, a, b)
+    out = _creation._new(spec.shape, spec.dtype, first._device)
+    first._backend.binary(
+        op,
+        out,
+        _value(_broadcast(a, spec.shape, op)),
+        _value(_broadcast(b, spec.shape, op)),
+        spec.compute,
+    )
+    return out
+
+
+def _inplace(op: str, dst: NvArray, other: Any, name: str) -> NvArray:
+    """``dst op= other`` in place (NumPy's same_kind casting); returns ``dst``."""
+    other = _operand(other, name)
+    if isinstance(other, NvArray):
+        _common_device(name, [dst, other])
+    spec = sem.binary(op, dst, other, name)
+    sem.inplace(name, dst._shape, dst._dtype, spec)
+    other = _unalias(_broadcast(other, spec.shape, name), dst, allow_identical=True)
+    dst._backend.binary(op, dst, dst, _value(other), spec.compute)
+    return dst
+
+
+def add(a: Any, b: Any) -> NvArray:
+    """``a + b`` with broadcasting. Example: ``ignis.add(x, 1.0)``."""
+    return _binary("add", a, b)
+
+
+def subtract(a: Any, b: Any) -> NvArray:
+    """``a - b`` with broadcasting."""
+    return _binary("subtract", a, b)
+
+
+def multiply(a: Any, b: Any) -> NvArray:
+    """``a * b`` with broadcasting."""
+    return _binary("multiply", a, b)
+
+
+def divide(a: Any, b: Any) -> NvArray:
+    """``a / b`` (true division: integers give float64)."""
+    return _binary("divide", a, b)
+
+
+def power(a: Any, b: Any) -> NvArray:
+    """``a ** b`` (integer negative exponents truncate, see ``_semantics``)."""
+    return _binary("power", a, b)
+
+
+def maximum(a: Any, b: Any) -> NvArray:
+    """Elementwise maximum; NaN wins."""
+    return _binary("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> NvArray:
+    """Elementwise minimum; NaN wins."""
+    return _binary("minimum", a, b)
+
+
+def equal(a: Any, b: Any) -> NvArray:
+    """``a == b`` as a bool array."""
+    return _binary("equal", a, b)
+
+
+def not_equal(a: Any, b: Any) -> NvArray:
+    """``a != b`` as a bool array."""
+    return _binary("not_equal", a, b)
+
+
+def less(a: Any, b: Any) -> NvArray:
+    """``a < b`` as a bool array."""
+    return _binary("less", a, b)
+
+
+def less_equal(a: Any, b: Any) -> NvArray:
+    """``a <= b`` as a bool array."""
+    return _binary("less_equal", a, b)
+
+
+def greater(a: Any, b: Any) -> NvArray:
+    """``a > b`` as a bool array."""
+    return _binary("greater", a, b)
+
+
+def greater_equal(a: Any, b: Any) -> NvArray:
+    """``a >= b`` as a bool array."""
+    return _binary("greater_equal", a, b)
+
+
+def negative(x: NvArray) -> NvArray:
+    """``-x`` (same dtype; unsigned integers wrap around)."""
+    return _unary("neg", x)
+
+
+def abs(x: NvArray) -> NvArray:  # noqa: A001 - the public name mirrors NumPy
+    """``|x|`` (same dtype)."""
+    return _unary("abs", x)
+
+
+def exp(x: NvArray) -> NvArray:
+    """``e ** x``."""
+    return _unary("exp", x)
+
+
+def log(x: NvArray) -> NvArray:
+    """Natural logarithm (``-inf`` at 0, NaN below)."""
+    return _unary("log", x)
+
+
+def sqrt(x: NvArray) -> NvArray:
+    """Square root (NaN below 0)."""
+    return _unary("sqrt", x)
+
+
+def rsqrt(x: NvArray) -> NvArray:
+    """``1 / sqrt(x)``."""
+    return _unary("rsqrt", x)
+
+
+def sin(x: NvArray) -> NvArray:
+    """Sine (radians)."""
+    return _unary("sin", x)
+
+
+def cos(x: NvArray) -> NvArray:
+    """Cosine (radians)."""
+    return _unary("cos", x)
+
+
+def tanh(x: NvArray) -> NvArray:
+    """Hyperbolic tangent."""
+    return _unary("tanh", x)
+
+
+def sigmoid(x: NvArray) -> NvArray:
+    """``1 / (1 + exp(-x))``, computed without overflow."""
+    return _unary("sigmoid", x)
+
+
+def relu(x: NvArray) -> NvArray:
+    """``max(x, 0)`` (same dtype)."""
+    return _unary("relu", x)
+
+
+def gelu(x: NvArray, approximate: str = "none") -> NvArray:
+    """GELU ``x * Phi(x)`` (Phi: the normal CDF).
+
+    ``approximate="tanh"`` uses ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))``.
+    """
+    if approximate not in sem.GELU_APPROXIMATIONS:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary("gelu", x, {"approximate": approximate})
+
+
+def silu(x: NvArray) -> NvArray:
+    """``x * sigmoid(x)``."""
+    return _unary("silu", x)
+
+
+def erf(x: NvArray) -> NvArray:
+    """The error function."""
+    return _unary("erf", x)
+
+
+def where(cond: Any, a: Any, b: Any) -> NvArray:
+    """``a`` where ``cond`` is nonzero, else ``b``, with broadcasting of all three.
+
+    Example: ``ignis.where(x > 0, x, 0.0)``.
+    """
+    cond, a, b = _operand(cond, "where"), _operand(a, "where"), _operand(b, "where")
+    arrays = [x for x in (cond, a, b) if isinstance(x, NvArray)]
+    if not arrays:
+        raise TypeError("where: at least one operand must be an NvArray")
+    first = _common_device("where", arrays)
+    spec = sem.where(cond, a, b)
+    out = _creation._new(spec.shape, spec.dtype, first._device)
+    first._backend.where(
+        out, *(_value(_broadcast(x, spec.shape, "where")) for x in (cond, a, b)), spec.compute
+    )
+    return out
+
+
+def clip(x: NvArray, min: Any = None, max: Any = None) -> NvArray:  # noqa: A002
+    """``minimum(maximum(x, min), max)``; either bound may be None (not both). NaN stays NaN."""
+    x = _require_array(x, "clip")
+    if min is None and max is None:
+        raise ValueError("clip: at least one of min and max must be given")
+    out = x
+    if min is not None:
+        out = _binary("maximum", out, min)
+    if max is not None:
+        out = _binary("minimum", out, max)
+    return out if out is not x else x.clone()
+
+
+# --- reductions --------------------------------------------------------------------------------
+
+
+def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArray:
+    x = _require_array(x, op)
+    spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof)
+    out = _creation._new(spec.keep_shape, spec.dtype, x._device)
+    x._backend.reduce(op, out, x, spec.axes, spec.accumulate, {"ddof": ddof})
+    return (
+        out
+        if keepdims
+        else out._view(
+            out._offset, spec.shape, _layout.contiguous_strides(spec.shape, out.itemsize)
+        )
+    )
+
+
+def sum(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
+    """Sum over ``axis`` (None: all; int or tuple, negative allowed).
+
+    bool/integers sum to int64; float16/bfloat16 accumulate in float32.
+    Example: ``ignis.sum(x, axis=(0, -1), keepdims=True)``.
+    """
+    return _reduce("sum", x, axis, keepdims)
+
+
+def mean(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
+    """Arithmetic mean over ``axis`` (integers give float64; an empty selection gives NaN)."""
+    return _reduce("mean", x, axis, keepdims)
+
+
+def max(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
+    """Maximum over ``axis``; NaN propagates; an empty selection is a ShapeError."""
+    return _reduce("max", x, axis, keepdims)
+
+
+def min(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
+    """Minimum over ``axis``; NaN propagates; an empty selection is a ShapeError."""
+    return _reduce("min", x, axis, keepdims)
+
+
+def var(x: NvArray, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> NvArray:
+    """Variance ``sum((x - mean)^2) / (N - ddof)`` over ``axis`` (N - ddof <= 0 gives Inf/NaN)."""
+    return _reduce("var", x, axis, keepdims, ddof)
+
+
+def _arg_reduce(op: str, x: Any, axis: Any, keepdims: bool) -> NvArray:
+    x = _require_array(x, op)
+    spec = sem.arg_reduction(op, x._shape, x._dtype, axis, keepdims)
+    out = _creation._new(spec.keep_shape, dt.int64, x._device)
+    x._backend.arg_reduce(op, out, x, None if axis is None else spec.axes[0])
+    return (
+        out
+        if keepdims
+        else out._view(out._offset, spec.shape, _layout.contiguous_strides(spec.shape, 8))
+    )
+
+
+def argmax(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
+    """Index of the maximum along ``axis`` (None: into the flattened array); int64; first wins."""
+    return _arg_reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
+    """Index of the minimum along ``axis`` (None: into the flattened array); int64; first wins."""
+    return _arg_reduce("argmin", x, axis, keepdims)
+
+
+def _softmax(op: str, x: Any, axis: Any, log: bool) -> NvArray:
+    x = _require_array(x, op)
+    ax, dtype = sem.softmax(op, x._shape, x._dtype, axis)
+    out = _creation._new(x._shape, dtype, x._device)
+    x._backend.softmax(out, x, ax, log)
+    return out
+
+
+def softmax(x: NvArray, axis: int = -1) -> NvArray:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (half types computed in float32)."""
+    return _softmax("softmax", x, axis, False)
+
+
+def log_softmax(x: NvArray, axis: int = -1) -> NvArray:
+    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
+    return _softmax("log_softmax", x, axis, True)
+
+
+# --- matmul ------------------------------------------------------------------------------------
+
+
+def matmul(
+    a: NvArray,
+    b: NvArray,
+    *,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    out: NvArray | None = None,
+) -> NvArray:
+    """``alpha * op(a) @ op(b) + beta * out`` with NumPy's matmul rules.
+
+    ``op`` transposes the last two axes when the flag is set. Batch dimensions broadcast;
+    1-D operands are treated as a row (``a``) or a column (``b``) vector and that dimension
+    is dropped from the result. ``beta != 0`` needs ``out``, whose contents are accumulated.
+    Operands must be floating; float16/bfloat16 accumulate in float32.
+
+    Example: ``ignis.matmul(x, w, transpose_b=True)`` is ``x @ w.mT``.
+    """
+    a, b = _require_array(a, "matmul"), _require_array(b, "matmul")
+    arrays = [a, b] + ([out] if isinstance(out, NvArray) else [])
+    _common_device("matmul", arrays)
+    spec = sem.matmul(a._shape, a._dtype, b._shape, b._dtype, transpose_a, transpose_b)
+    if beta != 0 and out is None:
+        raise ValueError("matmul: beta != 0 needs out= (the array to accumulate into)")
+    if out is None:
+        out = _creation._new(spec.shape, spec.dtype, a._device)
+    else:
+        _check_out("matmul", out, spec.shape, spec.dtype, a._device)
+    if a._dtype is not spec.dtype:
+        a = a.astype(spec.dtype)
+    if b._dtype is not spec.dtype:
+        b = b.astype(spec.dtype)
+    if spec.a_vector:
+        a = a.unsqueeze(0)
+    elif transpose_a:
+        a = a.swapaxes(-1, -2)
+    if spec.b_vector:
+        b = b.unsqueeze(-1)
+    elif transpose_b:
+        b = b.swapaxes(-1, -2)
+    a = _broadcast(a, spec.batch + (spec.m, spec.k), "matmul")
+    b = _broadcast(b, spec.batch + (spec.k, spec.n), "matmul")
+    full = out
+    if spec.a_vector:
+        full = full.unsqueeze(-1 if spec.b_vector else -2)
+    if spec.b_vector:
+        full = full.unsqueeze(-1)
+    a = _unalias(a, out, allow_identical=False)
+    b = _unalias(b, out, allow_identical=False)
+    out._backend.matmul(full, a, b, float(alpha), float(beta))
+    return out
+
+
+def accumulate(dst: NvArray, src: Any) -> NvArray:
+    """``dst += src`` in place (``src`` broadcasts to ``dst`` and is converted to its dtype).
+
+    The workhorse of gradient accumulation. Returns ``dst``.
+    """
+    dst = _require_array(dst, "accumulate")
+    return _inplace("add", dst, src, "accumulate")
+
+
+# --- copies ------------------------------------------------------------------------------------
+
+
+def _fill(dst: NvArray, value: Any, op: str = "fill_") -> NvArray:
+    if isinstance(value, NvArray):
+        if value.numel != 1:
+            raise ShapeError(
+                f"{op}: the fill value must be a scalar, got an array of shape {value.shape}"
+            )
+        value = value.item()
+    v = _operand(value, op)
+    if isinstance(v, NvArray):  # pragma: no cover - handled above
+        raise TypeError(f"{op}: expected a scalar")
+    v = _value(v)
+    dt.check_scalar_fits(v, dst._dtype, op)
+    dst._backend.fill(dst, v)
+    return dst
+
+
+def _copy_into(dst: NvArray, src: Any, op: str) -> NvArray:
+    """``dst[...] = src`` for an NvArray (any device), host data or a scalar."""
+    if isinstance(src, NvArray):
+        try:
+            src_b = _broadcast(src, dst._shape, op)
+        except ShapeError:
+            raise ShapeError(
+                f"{op}: cannot copy an array of shape {src._shape} into shape {dst._shape}"
+            ) from None
+        if src._device != dst._device:
+            host = np.ascontiguousarray(np.broadcast_to(src.to_host(), dst._shape))
+            dst._backend.copyin(dst, host.astype(dst._dtype.numpy, copy=False))
+            return dst
+        dst._backend.copy(dst, _unalias(src_b, dst, allow_identical=True))
+        return dst
+    if isinstance(src, (bool, int, float, np.generic)) or (
+        isinstance(src, np.ndarray) and src.ndim == 0
+    ):
+        return _fill(dst, src, op)
+    try:
+        host = np.asarray(src)
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(f"{op}: cannot convert {type(src).__name__} to an array ({exc})") from None
+    if host.dtype.kind not in "biuf" and host.dtype != dt.bfloat16.numpy:
+        raise DTypeError(f"{op}: cannot copy values of NumPy dtype {host.dtype}")
+    try:
+        host = np.broadcast_to(host, dst._shape)
+    except ValueError:
+        raise ShapeError(
+            f"{op}: cannot copy values of shape {host.shape} into shape {dst._shape}"
+        ) from None
+    with np.errstate(all="ignore"):
+        host = np.ascontiguousarray(host.astype(dst._dtype.numpy, copy=False))
+    dst._backend.copyin(dst, host.reshape(dst._shape))
+    return dst
+
+
+# --- joining -----------------------------------------------------------------------------------
+
+
+def concatenate(arrays: Any, axis: int = 0) -> NvArray:
+    """Join arrays along an existing ``axis`` (dtypes promote). Example: ``concatenate([a, b])``."""
+    arrays = [_require_array(x, "concatenate") for x in arrays]
+    if not arrays:
+        raise ShapeError("concatenate: needs at least one array")
+    first = _common_device("concatenate", arrays)
+    shape, ax, dtype = sem.concatenate([x._shape for x in arrays], [x._dtype for x in arrays], axis)
+    out = _creation._new(shape, dtype, first._device)
+    start = 0
+    for x in arrays:
+        n = x._shape[ax]
+        if n:
+            key = (slice(None),) * ax + (slice(start, start + n),)
+            first._backend.copy(out[key], x)
+        start += n
+    return out
+
+
+def stack(arrays: Any, axis: int = 0) -> NvArray:
+    """Join equal-shaped arrays along a new ``axis``: ``stack([a, b]).shape == (2, *a.shape)``."""
+    arrays = [_require_array(x, "stack") for x in arrays]
+    shape, ax, _ = sem.stack([x._shape for x in arrays], [x._dtype for x in arrays], axis)
+    return concatenate([x.unsqueeze(ax) for x in arrays], axis=ax)

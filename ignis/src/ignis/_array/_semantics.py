@@ -1,0 +1,425 @@
+"""The rules of every array op, written once for all backends.
+
+Each function here takes shapes, dtypes and arguments (never memory) and returns what the op
+produces: the output shape and dtype, the dtype the computation runs in, and normalized
+arguments. It raises the user-facing errors (ShapeError, DTypeError, ...) naming the op, what
+was given and what was expected. Backends only execute.
+
+Dtype rules (NumPy 2's, see :mod:`ignis._dtypes` for promotion):
+
+* arithmetic ``add subtract multiply maximum minimum``: the promoted dtype; ``subtract`` of
+  two bools is refused (as NumPy does).
+* ``divide``: the promoted dtype if floating, else float64 (NumPy: ``int / int -> float64``).
+* ``power``: the promoted dtype, bool refused. For integer dtypes a negative exponent gives
+  the truncated quotient ``1 // x**|n|``: 1 for x == 1, +-1 for x == -1, 0 otherwise (also 0
+  for 0 ** negative) instead of NumPy's error, because a kernel cannot raise per element.
+* comparisons: bool out, computed in the promoted dtype.
+* floating functions (``exp log sqrt rsqrt sin cos tanh sigmoid gelu silu erf softmax
+  log_softmax``): floating inputs keep their dtype; bool/int8/uint8 give float16 and
+  int32/int64 give float64 (the loop NumPy picks for its ufuncs).
+* ``neg`` and ``relu`` keep the dtype (bool refused); ``abs`` keeps the dtype.
+* reductions: ``sum`` of bool/integers gives int64, of floats keeps the dtype; ``mean`` and
+  ``var`` of bool/integers give float64; ``max``/``min`` keep the dtype; ``argmax``/``argmin``
+  give int64. float16/bfloat16 reductions accumulate in float32 and round once.
+* ``matmul``: floating operands only; the promoted dtype; float16/bfloat16 accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _dtypes as dt
+from .._errors import DTypeError, ShapeError
+from . import _layout
+
+__all__ = [
+    "UNARY_OPS",
+    "BINARY_OPS",
+    "COMPARISON_OPS",
+    "REDUCE_OPS",
+    "ARG_REDUCE_OPS",
+    "normalize_axis",
+    "normalize_axes",
+    "unary",
+    "binary",
+    "where",
+    "reduction",
+    "arg_reduction",
+    "softmax",
+    "matmul",
+    "concatenate",
+    "stack",
+    "inplace",
+]
+
+Shape = tuple[int, ...]
+
+# unary op -> its dtype rule
+_FLOAT_FUNCS = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "gelu",
+    "silu",
+    "erf",
+)
+UNARY_OPS: dict[str, str] = {name: "float" for name in _FLOAT_FUNCS}
+UNARY_OPS.update({"neg": "numeric", "relu": "numeric", "abs": "any"})
+
+COMPARISON_OPS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+BINARY_OPS = (
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+) + COMPARISON_OPS
+
+REDUCE_OPS = ("sum", "mean", "max", "min", "var")
+ARG_REDUCE_OPS = ("argmax", "argmin")
+
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def float_result(dtype: dt.DType) -> dt.DType:
+    """The dtype a floating function of ``dtype`` returns (NumPy's ufunc loop choice)."""
+    if dtype.kind == "f":
+        return dtype
+    if dtype.itemsize == 1:  # bool, int8, uint8 fit float16 exactly
+        return dt.float16
+    return dt.float64
+
+
+def accumulate_dtype(dtype: dt.DType) -> dt.DType:
+    """The dtype reductions and matmul accumulate in: float32 for float16/bfloat16."""
+    return dt.float32 if dtype in (dt.float16, dt.bfloat16) else dtype
+
+
+# --- axes --------------------------------------------------------------------------------------
+
+
+def normalize_axis(axis: Any, ndim: int, op: str) -> int:
+    """One axis in ``[-ndim, ndim)`` as a non-negative int."""
+    try:
+        a = operator.index(axis)
+    except TypeError:
+        raise ShapeError(f"{op}: axis must be an int, got {axis!r}") from None
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"{op}: axis {a} is out of range for an array of {ndim} dimensions")
+    return a % ndim
+
+
+def normalize_axes(axis: Any, ndim: int, op: str) -> tuple[int, ...]:
+    """None (all axes), an int or a tuple of ints -> sorted unique non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(normalize_axis(a, ndim, op) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise ShapeError(f"{op}: duplicate value in axis {tuple(axis)!r}")
+        return tuple(sorted(axes))
+    return (normalize_axis(axis, ndim, op),)
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """Result of an elementwise rule: output shape and dtype, and the dtype it computes in."""
+
+    shape: Shape
+    dtype: dt.DType
+    compute: dt.DType
+
+
+def _shape_of(x: Any) -> Shape:
+    return getattr(x, "shape", ())
+
+
+def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
+    """Rule of a unary elementwise op (see the module notes)."""
+    rule = UNARY_OPS.get(op)
+    if rule is None:
+        raise ValueError(f"unknown unary op {op!r}")
+    if rule == "float":
+        out = float_result(dtype)
+        return Elementwise(shape, out, out)
+    if rule == "numeric" and dtype is dt.bool_:
+        raise DTypeError(f"{op}: not supported for bool arrays; cast with astype() first")
+    return Elementwise(shape, dtype, dtype)
+
+
+_BINARY_CACHE: dict[tuple[Any, ...], Elementwise] = {}
+
+
+def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
+    """Rule of a binary elementwise op; ``a``/``b`` are arrays (``shape``, ``dtype``), NumPy
+    scalars (strong) or Python scalars (weak). ``name`` is the op errors name (default ``op``)."""
+    # The rule is a pure function of the op, dtypes and shapes: two-array calls are memoized
+    # because they are the hot path of every operator.
+    key = None
+    if type(getattr(a, "dtype", None)) is dt.DType and type(getattr(b, "dtype", None)) is dt.DType:
+        key = (op, a.dtype, b.dtype, a.shape, b.shape)
+        cached = _BINARY_CACHE.get(key)
+        if cached is not None:
+            return cached
+    spec = _binary_rule(op, a, b, name or op)
+    if key is not None and len(_BINARY_CACHE) < 4096:
+        _BINARY_CACHE[key] = spec
+    return spec
+
+
+def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
+    compute = dt.result_type(a, b, op=label)
+    for x in (a, b):
+        dt.check_scalar_fits(x, compute, label)
+    shape = _layout.broadcast_shapes(_shape_of(a), _shape_of(b), op=label)
+    if op in COMPARISON_OPS:
+        return Elementwise(shape, dt.bool_, compute)
+    if compute is dt.bool_ and op in ("subtract", "power"):
+        raise DTypeError(
+            f"{label}: not supported for two bool operands; use logical operations or cast first"
+        )
+    if op == "divide" and compute.kind != "f":
+        compute = dt.float64
+    if op not in BINARY_OPS:
+        raise ValueError(f"unknown binary op {op!r}")
+    return Elementwise(shape, compute, compute)
+
+
+def where(cond: Any, a: Any, b: Any) -> Elementwise:
+    """``where(cond, a, b)``: cond is any dtype (nonzero is true); a, b promote as in add."""
+    compute = dt.result_type(a, b, op="where")
+    for x in (a, b):
+        dt.check_scalar_fits(x, compute, "where")
+    if dt.is_weak_scalar(cond):
+        cond_shape: Shape = ()
+    else:
+        dt.result_type(cond, op="where")  # validates the dtype
+        cond_shape = _shape_of(cond)
+    shape = _layout.broadcast_shapes(cond_shape, _shape_of(a), _shape_of(b), op="where")
+    return Elementwise(shape, compute, compute)
+
+
+def inplace(op: str, dst_shape: Shape, dst_dtype: dt.DType, spec: Elementwise) -> None:
+    """Check an in-place op ``dst op= other``: the result must broadcast to ``dst`` and cast
+    to its dtype under NumPy's ``same_kind`` rule."""
+    if spec.shape != dst_shape:
+        raise ShapeError(
+            f"{op}: the result of shape {spec.shape} cannot be stored in place into an array of "
+            f"shape {dst_shape}"
+        )
+    if not dt.can_cast(spec.dtype, dst_dtype, "same_kind"):
+        raise DTypeError(
+            f"{op}: cannot store a {spec.dtype.name} result in place into a {dst_dtype.name} array "
+            "(same_kind casting); use an out-of-place operation or astype()"
+        )
+
+
+# --- reductions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """Result of a reduction rule.
+
+    Attributes:
+        axes: the reduced axes, sorted, non-negative.
+        shape: the output shape the user sees.
+        keep_shape: the output shape with reduced axes kept as 1 (what backends write).
+        dtype: the output dtype; accumulate: the dtype the sums run in.
+    """
+
+    axes: tuple[int, ...]
+    shape: Shape
+    keep_shape: Shape
+    dtype: dt.DType
+    accumulate: dt.DType
+
+
+def _reduced_shapes(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> tuple[Shape, Shape]:
+    keep = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    out = keep if keepdims else tuple(d for i, d in enumerate(shape) if i not in axes)
+    return out, keep
+
+
+def reduction(
+    op: str, shape: Shape, dtype: dt.DType, axis: Any = None, keepdims: bool = False, ddof: Any = 0
+) -> Reduction:
+    """Rule of ``sum mean max min var`` over ``axis`` (None, int, tuple, negative allowed)."""
+    if op not in REDUCE_OPS:
+        raise ValueError(f"unknown reduction {op!r}")
+    axes = normalize_axes(axis, len(shape), op)
+    if op in ("max", "min"):
+        for a in axes:
+            if shape[a] == 0:
+                raise ShapeError(
+                    f"{op}: zero-size axis {a} of shape {shape} has no identity; "
+                    "max/min of an empty selection is undefined"
+                )
+        out_dtype = dtype
+    elif op == "sum":
+        out_dtype = dt.int64 if dtype.kind in "biu" else dtype
+    else:
+        out_dtype = dt.float64 if dtype.kind in "biu" else dtype
+    if op == "var":
+        try:
+            operator.index(ddof)
+        except TypeError:
+            if not isinstance(ddof, float):
+                raise DTypeError(f"var: ddof must be a number, got {ddof!r}") from None
+    out_shape, keep = _reduced_shapes(shape, axes, keepdims)
+    acc = accumulate_dtype(out_dtype)
+    return Reduction(axes, out_shape, keep, out_dtype, acc)
+
+
+def arg_reduction(
+    op: str, shape: Shape, dtype: dt.DType, axis: Any = None, keepdims: bool = False
+) -> Reduction:
+    """Rule of ``argmax``/``argmin``: ``axis`` None (flat index) or one int; int64 result."""
+    if op not in ARG_REDUCE_OPS:
+        raise ValueError(f"unknown arg reduction {op!r}")
+    if isinstance(axis, (tuple, list)):
+        raise ShapeError(f"{op}: axis must be None or an int, got {axis!r}")
+    axes = normalize_axes(axis, len(shape), op)
+    if any(shape[a] == 0 for a in axes) or (axis is None and _layout.numel(shape) == 0):
+        raise ShapeError(f"{op}: attempt to get {op} of an empty sequence (shape {shape})")
+    out_shape, keep = _reduced_shapes(shape, axes, keepdims)
+    return Reduction(axes, out_shape, keep, dt.int64, dtype)
+
+
+def softmax(op: str, shape: Shape, dtype: dt.DType, axis: Any) -> tuple[int, dt.DType]:
+    """Rule of ``softmax``/``log_softmax``: one axis; floating output (see module notes)."""
+    if len(shape) == 0:
+        raise ShapeError(f"{op}: needs an array of at least 1 dimension, got shape ()")
+    return normalize_axis(axis, len(shape), op), float_result(dtype)
+
+
+# --- matmul ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """Result of the matmul rule.
+
+    Operands are seen as stacks of matrices ``(*batch, m, k) @ (*batch, k, n)`` after the
+    transpose flags and NumPy's 1-D promotion; ``shape`` is what the user gets back (1-D
+    operands drop their added dimension again).
+    """
+
+    batch: Shape
+    m: int
+    n: int
+    k: int
+    shape: Shape
+    dtype: dt.DType
+    a_vector: bool
+    b_vector: bool
+
+
+def matmul(
+    a_shape: Shape,
+    a_dtype: dt.DType,
+    b_shape: Shape,
+    b_dtype: dt.DType,
+    transpose_a: bool = False,
+    transpose_b: bool = False,
+) -> Matmul:
+    """Rule of ``matmul``: NumPy's matmul with transpose flags on the last two axes."""
+    for s, name in ((a_shape, "first"), (b_shape, "second")):
+        if len(s) == 0:
+            raise ShapeError(
+                f"matmul: the {name} operand is 0-dimensional (shape ()); matmul needs "
+                "at least 1 dimension"
+            )
+    for d in (a_dtype, b_dtype):
+        if d.kind != "f":
+            raise DTypeError(
+                f"matmul: operands must be floating (float16, bfloat16, float32, float64), got "
+                f"{a_dtype.name} and {b_dtype.name}; cast with astype()"
+            )
+    dtype = dt.promote_types(a_dtype, b_dtype)
+    a_vec, b_vec = len(a_shape) == 1, len(b_shape) == 1
+    a2 = (1,) + a_shape if a_vec else a_shape
+    b2 = b_shape + (1,) if b_vec else b_shape
+    if transpose_a and not a_vec:
+        a2 = a2[:-2] + (a2[-1], a2[-2])
+    if transpose_b and not b_vec:
+        b2 = b2[:-2] + (b2[-1], b2[-2])
+    m, k = a2[-2], a2[-1]
+    k2, n = b2[-2], b2[-1]
+    if k != k2:
+        ta = " (transposed)" if transpose_a else ""
+        tb = " (transposed)" if transpose_b else ""
+        raise ShapeError(
+            f"matmul: shapes {a_shape}{ta} and {b_shape}{tb} do not align ({k} != {k2})"
+        )
+    try:
+        batch = _layout.broadcast_shapes(a2[:-2], b2[:-2], op="matmul")
+    except ShapeError:
+        raise ShapeError(
+            f"matmul: batch dimensions {a2[:-2]} and {b2[:-2]} of shapes {a_shape} and {b_shape} "
+            "cannot be broadcast together"
+        ) from None
+    shape = batch + ((m,) if not a_vec else ()) + ((n,) if not b_vec else ())
+    return Matmul(batch, m, n, k, shape, dtype, a_vec, b_vec)
+
+
+# --- joining -----------------------------------------------------------------------------------
+
+
+def concatenate(
+    shapes: Sequence[Shape], dtypes: Sequence[dt.DType], axis: Any, op: str = "concatenate"
+) -> tuple[Shape, int, dt.DType]:
+    """Rule of ``concatenate``: same ndim, equal sizes off ``axis``; promoted dtype."""
+    if not shapes:
+        raise ShapeError(f"{op}: needs at least one array")
+    first = shapes[0]
+    if len(first) == 0:
+        raise ShapeError(f"{op}: zero-dimensional arrays cannot be concatenated")
+    ax = normalize_axis(axis, len(first), op)
+    total = 0
+    for i, s in enumerate(shapes):
+        if len(s) != len(first):
+            raise ShapeError(
+                f"{op}: all arrays must have the same number of dimensions; array 0 has shape "
+                f"{first} and array {i} has shape {s}"
+            )
+        for d in range(len(s)):
+            if d != ax and s[d] != first[d]:
+                raise ShapeError(
+                    f"{op}: sizes must match except along axis {ax}; array 0 has shape {first} "
+                    f"and array {i} has shape {s}"
+                )
+        total += s[ax]
+    out = first[:ax] + (total,) + first[ax + 1 :]
+    return out, ax, dt.result_type(*dtypes, op=op)
+
+
+def stack(
+    shapes: Sequence[Shape], dtypes: Sequence[dt.DType], axis: Any
+) -> tuple[Shape, int, dt.DType]:
+    """Rule of ``stack``: equal shapes; a new axis at ``axis`` (may be ``ndim``)."""
+    if not shapes:
+        raise ShapeError("stack: needs at least one array")
+    first = shapes[0]
+    for i, s in enumerate(shapes):
+        if s != first:
+            raise ShapeError(
+                f"stack: all arrays must have the same shape; array 0 has shape {first} and "
+                f"array {i} has shape {s}"
+            )
+    ax = normalize_axis(axis, len(first) + 1, "stack")
+    out = first[:ax] + (len(shapes),) + first[ax:]
+    return out, ax, dt.result_type(*dtypes, op="stack")

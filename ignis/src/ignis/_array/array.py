@@ -1,0 +1,647 @@
+"""NvArray: the ignis device array.
+
+An NvArray is ``(storage, byte offset, shape, byte strides, dtype, device)``. Views
+(``reshape``, ``transpose``, slicing, ...) share the storage; operations run on the backend of
+the array's device (``cpu`` through NumPy, ``cuda`` through kernels). Operators broadcast like
+NumPy and accept Python scalars, which are *weak* in dtype promotion: ``a_float16 * 2.0`` stays
+float16.
+
+Example::
+
+    >>> import ignis
+    >>> a = ignis.NvArray.from_host([[1.0, 2.0], [3.0, 4.0]], dtype="float32", device="cpu")
+    >>> (a.T @ a + 1).to_host()
+    array([[11., 15.],
+           [15., 21.]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _dtypes as dt
+from .._errors import ShapeError
+from . import _layout
+from ._device import ArrayDevice
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+
+__all__ = ["NvArray"]
+
+Shape = tuple[int, ...]
+
+
+class NvArray:
+    """An n-dimensional array on a device ("cpu" or "cuda:N").
+
+    Create one with :meth:`empty`, :meth:`zeros`, :meth:`ones`, :meth:`full`, :meth:`arange`,
+    :meth:`from_host`, :func:`ignis.asarray` or :mod:`ignis.random`; direct construction is
+    refused.
+
+    Attributes: ``shape`` (tuple), ``dtype`` (:class:`ignis.DType`), ``ndim``, ``numel`` (also
+    ``size``), ``nbytes``, ``itemsize``, ``strides`` (in bytes, as NumPy), ``device`` (a
+    ``str`` such as ``"cuda:0"`` with ``.type`` and ``.index``), ``stream``.
+    """
+
+    __slots__ = (
+        "_storage",
+        "_offset",
+        "_shape",
+        "_strides",
+        "_dtype",
+        "_device",
+        "_backend",
+        "_stream",
+        "__weakref__",
+    )
+
+    # NumPy must defer to our reflected operators instead of converting us to an ndarray.
+    __array_ufunc__ = None
+    __array_priority__ = 1000
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise TypeError(
+            "NvArray cannot be constructed directly; use NvArray.empty/zeros/ones/full/arange/"
+            "from_host, ignis.asarray or ignis.random"
+        )
+
+    @classmethod
+    def _make(
+        cls,
+        storage: Any,
+        offset: int,
+        shape: Shape,
+        strides: Shape,
+        dtype: dt.DType,
+        device: ArrayDevice,
+        backend: Backend,
+        stream: Any = None,
+    ) -> NvArray:
+        self = object.__new__(cls)
+        self._storage = storage
+        self._offset = offset
+        self._shape = shape
+        self._strides = strides
+        self._dtype = dtype
+        self._device = device
+        self._backend = backend
+        self._stream = stream
+        return self
+
+    def _view(self, offset: int, shape: Shape, strides: Shape) -> NvArray:
+        return NvArray._make(
+            self._storage,
+            offset,
+            shape,
+            strides,
+            self._dtype,
+            self._device,
+            self._backend,
+            self._stream,
+        )
+
+    # --- attributes ----------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> Shape:
+        """The size of each dimension, e.g. ``(2, 3)``."""
+        return self._shape
+
+    @property
+    def dtype(self) -> dt.DType:
+        """The element type, e.g. ``ignis.float32`` (compares equal to ``"float32"``)."""
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def numel(self) -> int:
+        """Number of elements (a property; ``size`` is the same)."""
+        return _layout.numel(self._shape)
+
+    size = numel
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the elements take (``numel * itemsize``), not the size of the storage."""
+        return self.numel * self._dtype.itemsize
+
+    @property
+    def strides(self) -> Shape:
+        """Bytes to step in each dimension (may be 0 for broadcast views, negative for reversed)."""
+        return self._strides
+
+    @property
+    def device(self) -> ArrayDevice:
+        """Where the memory lives: ``"cpu"`` or ``"cuda:N"`` (a ``str`` subclass)."""
+        return self._device
+
+    @property
+    def stream(self) -> Any:
+        """The stream this array's work is ordered on (None on the CPU)."""
+        return self._stream
+
+    @property
+    def is_contiguous(self) -> bool:
+        """True when the elements are dense in row-major order."""
+        return _layout.is_c_contiguous(self._shape, self._strides, self._dtype.itemsize)
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of the first element (a device pointer on CUDA, a host address on the CPU)."""
+        return self._backend.data_ptr(self)
+
+    @property
+    def T(self) -> NvArray:
+        """The transpose (all axes reversed), a view."""
+        return self.transpose()
+
+    @property
+    def mT(self) -> NvArray:
+        """The last two axes swapped (a stack of transposed matrices), a view."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT: needs at least 2 dimensions, got shape {self._shape}")
+        return self.swapaxes(-1, -2)
+
+    # --- constructors (see _creation) -------------------------------------------------------------
+
+    @classmethod
+    def empty(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+        """An uninitialized array. Example: ``NvArray.empty((2, 3), dtype="float16")``."""
+        return _creation.empty(shape, dtype=dtype, device=device)
+
+    @classmethod
+    def zeros(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+        """An array of zeros. Example: ``NvArray.zeros(4, device="cpu")``."""
+        return _creation.zeros(shape, dtype=dtype, device=device)
+
+    @classmethod
+    def ones(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+        """An array of ones."""
+        return _creation.ones(shape, dtype=dtype, device=device)
+
+    @classmethod
+    def full(
+        cls, shape: Any, fill_value: Any, dtype: dt.DTypeLike = "float32", device: Any = None
+    ) -> NvArray:
+        """An array with every element ``fill_value``: ``NvArray.full((2,), 7, "int32")``."""
+        return _creation.full(shape, fill_value, dtype=dtype, device=device)
+
+    @classmethod
+    def arange(
+        cls,
+        start: Any,
+        stop: Any = None,
+        step: Any = 1,
+        dtype: dt.DTypeLike | None = None,
+        device: Any = None,
+    ) -> NvArray:
+        """Evenly spaced values in ``[start, stop)`` (NumPy's arange)."""
+        return _creation.arange(start, stop, step, dtype=dtype, device=device)
+
+    @classmethod
+    def from_host(
+        cls, values: Any, shape: Any = None, dtype: dt.DTypeLike | None = None, device: Any = None
+    ) -> NvArray:
+        """A copy of host data (nested lists, NumPy arrays, scalars) on ``device``."""
+        return _creation.from_host(values, shape=shape, dtype=dtype, device=device)
+
+    # --- conversion ----------------------------------------------------------------------------
+
+    def to_host(self) -> np.ndarray:
+        """A NumPy copy (``ml_dtypes.bfloat16`` elements for bfloat16). Waits for pending work."""
+        return self._backend.copyout(self)
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if self._device.type == "cpu" and copy is not True:
+            from ._cpu_backend import host_view
+
+            result = host_view(self)
+        else:
+            if copy is False:
+                raise ValueError(
+                    f"__array__: an array on {self._device} cannot become a NumPy array without "
+                    "a copy (copy=False was requested)"
+                )
+            result = self.to_host()
+        if dtype is not None and np.dtype(dtype) != result.dtype:
+            if copy is False:
+                raise ValueError(
+                    f"__array__: converting {self._dtype.name} to {dtype} needs a copy"
+                )
+            result = result.astype(dtype)
+        return result
+
+    def tolist(self) -> Any:
+        """Nested Python lists (floats, ints or bools); a 0-d array gives a scalar."""
+        host = self.to_host()
+        if self._dtype in (dt.float16, dt.bfloat16):
+            host = host.astype(np.float32)
+        return host.tolist()
+
+    def item(self) -> Any:
+        """The single element as a Python scalar (the array must have exactly one element)."""
+        if self.numel != 1:
+            raise ValueError(
+                "item: only an array of one element converts to a Python scalar, got shape "
+                f"{self._shape}"
+            )
+        value = self.to_host().reshape(-1)[0]
+        if self._dtype.kind == "f":
+            return float(value)
+        if self._dtype.kind == "b":
+            return bool(value)
+        return int(value)
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __bool__(self) -> bool:
+        if self.numel != 1:
+            raise ValueError(
+                f"the truth value of an array with {self.numel} elements is ambiguous; use "
+                "(a != 0).sum() or reductions"
+            )
+        return bool(self.item())
+
+    def __index__(self) -> int:
+        if self._dtype.kind not in "iu" or self.numel != 1 or self.ndim != 0:
+            raise TypeError(
+                "only 0-dimensional integer arrays can be used as an index, got "
+                f"{self._dtype.name} array of shape {self._shape}"
+            )
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-dimensional array")
+        return self._shape[0]
+
+    def __iter__(self) -> Any:
+        if not self._shape:
+            raise TypeError("iteration over a 0-dimensional array")
+        return (self[i] for i in range(self._shape[0]))
+
+    def __repr__(self) -> str:
+        host = self.to_host()
+        if self._dtype in (dt.float16, dt.bfloat16):
+            host = host.astype(np.float32)
+        body = np.array2string(host, separator=", ", prefix="NvArray(")
+        return f"NvArray({body}, dtype={self._dtype.name}, device='{self._device}')"
+
+    def __str__(self) -> str:
+        host = self.to_host()
+        if self._dtype in (dt.float16, dt.bfloat16):
+            host = host.astype(np.float32)
+        return str(host)
+
+    def __reduce__(self) -> Any:
+        # Pickles as host data; unpickling puts it back on the same device.
+        return (_creation.from_host, (self.to_host(), None, self._dtype.name, str(self._device)))
+
+    def __copy__(self) -> NvArray:
+        return self.clone()
+
+    def __deepcopy__(self, memo: Any) -> NvArray:
+        return self.clone()
+
+    # --- copies --------------------------------------------------------------------------------
+
+    def clone(self) -> NvArray:
+        """A contiguous copy on the same device."""
+        out = _creation._new(self._shape, self._dtype, self._device)
+        self._backend.copy(out, self)
+        return out
+
+    def contiguous(self) -> NvArray:
+        """This array if it is row-major contiguous, otherwise a contiguous copy."""
+        return self if self.is_contiguous else self.clone()
+
+    def astype(self, dtype: dt.DTypeLike, copy: bool = True) -> NvArray:
+        """A copy converted to ``dtype`` (this array when the dtype matches and ``copy=False``).
+
+        Float to integer conversion of NaN, Inf or out-of-range values is undefined.
+        """
+        target = dt.as_dtype(dtype, "astype")
+        if target is self._dtype and not copy:
+            return self
+        out = _creation._new(self._shape, target, self._device)
+        self._backend.copy(out, self)
+        return out
+
+    def to(self, device: Any) -> NvArray:
+        """This array on ``device`` (itself when already there, otherwise a copy)."""
+        from ._device import as_device
+
+        target = as_device(device)
+        if target == self._device:
+            return self
+        out = _creation._new(self._shape, self._dtype, target)
+        out._backend.copyin(out, self.to_host())
+        return out
+
+    def cpu(self) -> NvArray:
+        """``self.to("cpu")``."""
+        return self.to("cpu")
+
+    def copy_(self, src: Any) -> NvArray:
+        """Copy ``src`` (an NvArray on any device, host data or a scalar) into this array.
+
+        ``src`` broadcasts to this array's shape and is converted to its dtype. Returns self.
+        """
+        return _ops._copy_into(self, src, "copy_")
+
+    def fill_(self, value: Any) -> NvArray:
+        """Set every element to the scalar ``value`` (converted to this dtype). Returns self."""
+        return _ops._fill(self, value)
+
+    # --- views ---------------------------------------------------------------------------------
+
+    def reshape(self, *shape: Any) -> NvArray:
+        """The same elements with a new shape (one dimension may be -1).
+
+        A view when the layout allows, otherwise a copy. Example: ``a.reshape(2, -1)``.
+        """
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        dims = _layout.normalize_shape_allow_unknown(shape, "reshape")
+        new_shape = _layout.infer_reshape(self.numel, dims, self._shape, "reshape")
+        if new_shape == self._shape:
+            return self._view(self._offset, self._shape, self._strides)
+        strides = _layout.reshape_strides(self._shape, self._strides, new_shape, self.itemsize)
+        if strides is None:
+            base = self.clone()
+            strides = _layout.contiguous_strides(new_shape, self.itemsize)
+            return base._view(base._offset, new_shape, strides)
+        return self._view(self._offset, new_shape, strides)
+
+    def transpose(self, *axes: Any) -> NvArray:
+        """Permute the axes (reverse them when none are given); a view.
+
+        Example: ``a.transpose(1, 0, 2)`` or ``a.transpose((1, 0, 2))``.
+        """
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes:
+            perm = tuple(range(self.ndim - 1, -1, -1))
+        else:
+            perm = _permutation(axes, self.ndim, "transpose")
+        return self._view(
+            self._offset, tuple(self._shape[i] for i in perm), tuple(self._strides[i] for i in perm)
+        )
+
+    def permute(self, *dims: Any) -> NvArray:
+        """Permute the axes to ``dims`` (all must be given); a view."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        perm = _permutation(dims, self.ndim, "permute")
+        return self._view(
+            self._offset, tuple(self._shape[i] for i in perm), tuple(self._strides[i] for i in perm)
+        )
+
+    def swapaxes(self, axis1: int, axis2: int) -> NvArray:
+        """Exchange two axes; a view."""
+        from ._semantics import normalize_axis
+
+        a = normalize_axis(axis1, self.ndim, "swapaxes")
+        b = normalize_axis(axis2, self.ndim, "swapaxes")
+        perm = list(range(self.ndim))
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.transpose(perm)
+
+    def squeeze(self, axis: Any = None) -> NvArray:
+        """Drop size-1 axes (all of them, or those in ``axis``); a view."""
+        from ._semantics import normalize_axes
+
+        if axis is None:
+            keep = [i for i, d in enumerate(self._shape) if d != 1]
+        else:
+            drop = normalize_axes(axis, self.ndim, "squeeze")
+            for a in drop:
+                if self._shape[a] != 1:
+                    raise ShapeError(
+                        f"squeeze: cannot remove axis {a} of size {self._shape[a]} from shape "
+                        f"{self._shape}"
+                    )
+            keep = [i for i in range(self.ndim) if i not in drop]
+        return self._view(
+            self._offset, tuple(self._shape[i] for i in keep), tuple(self._strides[i] for i in keep)
+        )
+
+    def unsqueeze(self, axis: int) -> NvArray:
+        """Insert a size-1 axis at ``axis`` (``-1`` appends); a view."""
+        from ._semantics import normalize_axis
+
+        a = normalize_axis(axis, self.ndim + 1, "unsqueeze")
+        return self._view(
+            self._offset,
+            self._shape[:a] + (1,) + self._shape[a:],
+            self._strides[:a] + (0,) + self._strides[a:],
+        )
+
+    expand_dims = unsqueeze
+
+    def broadcast_to(self, shape: Any) -> NvArray:
+        """A view with ``shape`` where broadcast axes have stride 0 (do not write through it)."""
+        target = _layout.normalize_shape(shape, "broadcast_to")
+        strides = _layout.broadcast_strides(self._shape, self._strides, target, "broadcast_to")
+        return self._view(self._offset, target, strides)
+
+    def __getitem__(self, key: Any) -> NvArray:
+        if isinstance(key, NvArray) or (
+            isinstance(key, tuple) and any(isinstance(k, NvArray) and k.ndim for k in key)
+        ):
+            if not (isinstance(key, NvArray) and key.ndim == 0 and key.dtype.kind in "iu"):
+                raise IndexError(
+                    "advanced (array or boolean) indexing is not supported; use basic indices "
+                    "(ints, slices, None, ...) or where()"
+                )
+        delta, shape, strides = _layout.index_view(self._shape, self._strides, key)
+        return self._view(self._offset + delta, shape, strides)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _ops._copy_into(self[key], value, "__setitem__")
+
+    # --- interop -------------------------------------------------------------------------------
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export as a DLPack capsule (zero-copy unless a copy or another device is asked)."""
+        return _interop.to_dlpack(
+            self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+        )
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self._backend.dlpack_device()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA Array Interface v3 (only for arrays on a CUDA device)."""
+        return _interop.cuda_array_interface(self)
+
+    # --- operators -----------------------------------------------------------------------------
+
+    def __add__(self, other: Any) -> NvArray:
+        return _ops.add(self, other)
+
+    def __radd__(self, other: Any) -> NvArray:
+        return _ops.add(other, self)
+
+    def __iadd__(self, other: Any) -> NvArray:
+        return _ops._inplace("add", self, other, "__iadd__")
+
+    def __sub__(self, other: Any) -> NvArray:
+        return _ops.subtract(self, other)
+
+    def __rsub__(self, other: Any) -> NvArray:
+        return _ops.subtract(other, self)
+
+    def __isub__(self, other: Any) -> NvArray:
+        return _ops._inplace("subtract", self, other, "__isub__")
+
+    def __mul__(self, other: Any) -> NvArray:
+        return _ops.multiply(self, other)
+
+    def __rmul__(self, other: Any) -> NvArray:
+        return _ops.multiply(other, self)
+
+    def __imul__(self, other: Any) -> NvArray:
+        return _ops._inplace("multiply", self, other, "__imul__")
+
+    def __truediv__(self, other: Any) -> NvArray:
+        return _ops.divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> NvArray:
+        return _ops.divide(other, self)
+
+    def __itruediv__(self, other: Any) -> NvArray:
+        return _ops._inplace("divide", self, other, "__itruediv__")
+
+    def __pow__(self, other: Any) -> NvArray:
+        return _ops.power(self, other)
+
+    def __rpow__(self, other: Any) -> NvArray:
+        return _ops.power(other, self)
+
+    def __ipow__(self, other: Any) -> NvArray:
+        return _ops._inplace("power", self, other, "__ipow__")
+
+    def __matmul__(self, other: Any) -> NvArray:
+        return _ops.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> NvArray:
+        return _ops.matmul(other, self)
+
+    def __neg__(self) -> NvArray:
+        return _ops.negative(self)
+
+    def __pos__(self) -> NvArray:
+        return self.clone()
+
+    def __abs__(self) -> NvArray:
+        return _ops.abs(self)
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        if not _ops._is_operand(other):
+            return NotImplemented
+        return _ops.equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        if not _ops._is_operand(other):
+            return NotImplemented
+        return _ops.not_equal(self, other)
+
+    def __lt__(self, other: Any) -> NvArray:
+        return _ops.less(self, other)
+
+    def __le__(self, other: Any) -> NvArray:
+        return _ops.less_equal(self, other)
+
+    def __gt__(self, other: Any) -> NvArray:
+        return _ops.greater(self, other)
+
+    def __ge__(self, other: Any) -> NvArray:
+        return _ops.greater_equal(self, other)
+
+    # --- method forms of the functions ---------------------------------------------------------
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.min(self, axis=axis, keepdims=keepdims)
+
+    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> NvArray:
+        return _ops.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
+
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> NvArray:
+        return _ops.argmin(self, axis=axis, keepdims=keepdims)
+
+    def exp(self) -> NvArray:
+        return _ops.exp(self)
+
+    def log(self) -> NvArray:
+        return _ops.log(self)
+
+    def sqrt(self) -> NvArray:
+        return _ops.sqrt(self)
+
+    def abs(self) -> NvArray:
+        return _ops.abs(self)
+
+    def clip(self, min: Any = None, max: Any = None) -> NvArray:
+        return _ops.clip(self, min, max)
+
+    def softmax(self, axis: int = -1) -> NvArray:
+        return _ops.softmax(self, axis=axis)
+
+    def log_softmax(self, axis: int = -1) -> NvArray:
+        return _ops.log_softmax(self, axis=axis)
+
+    def matmul(self, other: NvArray, **kwargs: Any) -> NvArray:
+        return _ops.matmul(self, other, **kwargs)
+
+
+def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
+    try:
+        perm = tuple(operator.index(a) for a in axes)
+    except TypeError:
+        raise ShapeError(f"{op}: axes must be ints, got {axes!r}") from None
+    norm = tuple(a % ndim if -ndim <= a < ndim else -1 for a in perm) if ndim else perm
+    if len(perm) != ndim or sorted(norm) != list(range(ndim)):
+        raise ShapeError(f"{op}: axes {perm} are not a permutation of the {ndim} axes of the array")
+    return norm
+
+
+# Imported last: these modules use NvArray.
+from . import _creation, _interop, _ops  # noqa: E402

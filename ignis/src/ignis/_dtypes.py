@@ -1,0 +1,339 @@
+"""The dtypes of ignis arrays and their promotion rules.
+
+Nine dtypes exist: ``bool_``, ``int8``, ``uint8``, ``int32``, ``int64``, ``float16``, ``bfloat16``,
+``float32`` and ``float64``. Each is a singleton :class:`DType`; everywhere a dtype is accepted a
+name (``"float32"``), a NumPy dtype or scalar type (``numpy.float32``) or a :class:`DType` works.
+
+Promotion (:func:`result_type`) follows NumPy 2 (NEP 50), with ``bfloat16`` as ``ml_dtypes``
+defines it, and three deliberate differences where NumPy has no answer inside our set:
+
+* ``int8`` with ``uint8`` gives ``int32`` (NumPy gives ``int16``, which ignis does not have).
+* ``bfloat16`` with ``float16`` gives ``float32``; ``bfloat16`` with ``int32``/``int64`` gives
+  ``float64`` (``ml_dtypes`` refuses both; these are the smallest types that hold both operands,
+  the same answer JAX gives).
+* A Python ``float`` with a ``bfloat16`` array stays ``bfloat16`` (``ml_dtypes`` does not mark
+  bfloat16 as a float kind, so NumPy would give ``float64``).
+
+Python scalars are *weak* (NEP 50): they take the array's dtype when their kind allows it, so
+``float32 array + 2.0`` is ``float32`` and ``int8 array + 3`` is ``int8``. A Python ``float``
+with an integer or bool array gives ``float64`` (what NumPy 2 does), a Python ``int`` with a bool
+array gives ``int64``. Scalars alone give ``bool``/``int64``/``float64``.
+
+Example::
+
+    >>> result_type("float16", "float32")
+    ignis.float32
+    >>> result_type(int32, 2.0)
+    ignis.float64
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ._errors import DTypeError
+
+__all__ = [
+    "DType",
+    "DTypeLike",
+    "bool_",
+    "int8",
+    "uint8",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "all_dtypes",
+    "floating_dtypes",
+    "integer_dtypes",
+    "as_dtype",
+    "result_type",
+    "promote_types",
+    "can_cast",
+]
+
+
+class DType:
+    """One ignis dtype. Compare with ``==`` against another DType, a name or a NumPy dtype.
+
+    Attributes:
+        name: the canonical name, e.g. ``"bfloat16"``.
+        numpy: the matching :class:`numpy.dtype` (``ml_dtypes.bfloat16`` for bfloat16).
+        itemsize: bytes per element.
+        kind: ``"b"`` (bool), ``"i"`` (signed integer), ``"u"`` (unsigned) or ``"f"`` (floating).
+
+    ``numpy.dtype(ignis.float32)`` works too (through the ``dtype`` attribute).
+    """
+
+    __slots__ = ("name", "numpy", "itemsize", "kind", "_rank")
+
+    def __init__(self, name: str, np_dtype: Any, kind: str, rank: int):
+        self.name = name
+        self.numpy = np.dtype(np_dtype)
+        self.itemsize = self.numpy.itemsize
+        self.kind = kind
+        self._rank = rank
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype; lets ``numpy.dtype(ignis.float32)`` and ``dtype=ignis.int8`` work."""
+        return self.numpy
+
+    @property
+    def is_floating(self) -> bool:
+        """True for float16, bfloat16, float32 and float64."""
+        return self.kind == "f"
+
+    @property
+    def is_integer(self) -> bool:
+        """True for int8, uint8, int32 and int64 (not bool)."""
+        return self.kind in "iu"
+
+    @property
+    def is_signed(self) -> bool:
+        """True for signed integers and floats."""
+        return self.kind in "if"
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "b"
+
+    @property
+    def bits(self) -> int:
+        """Bits per element."""
+        return self.itemsize * 8
+
+    def __repr__(self) -> str:
+        return f"ignis.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DType):
+            return self is other
+        try:
+            return self is as_dtype(other)  # type: ignore[arg-type]
+        except (DTypeError, TypeError):
+            return False
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __reduce__(self) -> str:
+        # Singletons: unpickling returns the module-level object.
+        return self.name if self.name != "bool" else "bool_"
+
+
+bool_ = DType("bool", np.bool_, "b", 0)
+int8 = DType("int8", np.int8, "i", 1)
+uint8 = DType("uint8", np.uint8, "u", 1)
+int32 = DType("int32", np.int32, "i", 3)
+int64 = DType("int64", np.int64, "i", 4)
+float16 = DType("float16", np.float16, "f", 1)
+bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "f", 1)
+float32 = DType("float32", np.float32, "f", 3)
+float64 = DType("float64", np.float64, "f", 4)
+
+all_dtypes: tuple[DType, ...] = (
+    bool_,
+    int8,
+    uint8,
+    int32,
+    int64,
+    float16,
+    bfloat16,
+    float32,
+    float64,
+)
+floating_dtypes: tuple[DType, ...] = (float16, bfloat16, float32, float64)
+integer_dtypes: tuple[DType, ...] = (int8, uint8, int32, int64)
+
+DTypeLike = DType | str | np.dtype | type
+
+_BY_NAME: dict[str, DType] = {d.name: d for d in all_dtypes}
+_BY_NAME.update(
+    {
+        "bool_": bool_,
+        "half": float16,
+        "float": float32,
+        "double": float64,
+        "bf16": bfloat16,
+        "int": int64,
+        "long": int64,
+    }
+)
+_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in all_dtypes}
+_BY_PYTYPE: dict[type, DType] = {bool: bool_, int: int64, float: float64}
+
+_SUPPORTED = ", ".join(d.name for d in all_dtypes)
+
+
+def as_dtype(dtype: DTypeLike, op: str = "dtype") -> DType:
+    """Turn a name, NumPy dtype/scalar type or :class:`DType` into the :class:`DType`.
+
+    ``op`` names the operation in the error message. Raises :class:`DTypeError` for anything
+    outside the nine supported dtypes.
+
+    Example: ``as_dtype("f4") is float32``; ``as_dtype(numpy.int8) is int8``.
+    """
+    if type(dtype) is DType:
+        return dtype
+    if isinstance(dtype, str):
+        found = _BY_NAME.get(dtype)
+        if found is not None:
+            return found
+    elif isinstance(dtype, type) and dtype in _BY_PYTYPE:
+        return _BY_PYTYPE[dtype]
+    elif dtype is None:  # NumPy would read None as float64; here it is a missing argument
+        raise DTypeError(f"{op}: unsupported dtype None; expected one of {_SUPPORTED}")
+    try:
+        npd = np.dtype(dtype)
+    except (TypeError, ValueError):
+        npd = None
+    if npd is not None:
+        found = _BY_NUMPY.get(npd.newbyteorder("=") if npd.byteorder not in "=|" else npd)
+        if found is not None:
+            return found
+    raise DTypeError(f"{op}: unsupported dtype {dtype!r}; expected one of {_SUPPORTED}")
+
+
+# --- promotion between two array dtypes --------------------------------------------------------
+
+# NumPy 2's table restricted to our dtypes, plus the documented completions for bfloat16 and
+# int8/uint8. Indexed by name pairs; symmetric.
+_PROMOTE: dict[tuple[str, str], DType] = {}
+
+
+def _fill_promotion_table() -> None:
+    order = ["bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+    overrides = {
+        ("int8", "uint8"): int32,
+        ("bfloat16", "float16"): float32,
+        ("bfloat16", "int32"): float64,
+        ("bfloat16", "int64"): float64,
+    }
+    for a in order:
+        for b in order:
+            key = tuple(sorted((a, b)))
+            if key in overrides:
+                res = overrides[key]  # type: ignore[index]
+            elif a == b:
+                res = _BY_NAME[a]
+            elif "bfloat16" in (a, b):
+                other = b if a == "bfloat16" else a
+                res = bfloat16 if other in ("bool", "int8", "uint8") else _BY_NAME[other]
+            else:
+                res = _BY_NUMPY[np.promote_types(_BY_NAME[a].numpy, _BY_NAME[b].numpy)]
+            _PROMOTE[(a, b)] = res
+
+
+_fill_promotion_table()
+
+
+def promote_types(a: DTypeLike, b: DTypeLike) -> DType:
+    """The dtype both ``a`` and ``b`` convert to (NumPy's rule; see the module notes)."""
+    return _PROMOTE[(as_dtype(a).name, as_dtype(b).name)]
+
+
+# --- weak Python scalars -----------------------------------------------------------------------
+
+
+def _scalar_kind(value: Any) -> str | None:
+    """'b', 'i', 'f' for a weak Python scalar, None if ``value`` is not one."""
+    t = type(value)
+    if t is bool:
+        return "b"
+    if t is int:
+        return "i"
+    if t is float:
+        return "f"
+    return None
+
+
+def is_weak_scalar(value: Any) -> bool:
+    """True for Python bool/int/float (not NumPy scalars, which carry a dtype)."""
+    return _scalar_kind(value) is not None
+
+
+_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2}
+# NumPy's kind order for "same_kind" casting: bool < unsigned < signed < floating.
+_CAST_KIND = {"b": 0, "u": 1, "i": 2, "f": 3}
+
+
+def result_type(*args: Any, op: str = "result_type") -> DType:
+    """The dtype of an operation over ``args`` (dtypes, arrays or Python scalars).
+
+    Arrays and dtypes are *strong*; Python ``bool``/``int``/``float`` are *weak* and only raise
+    the kind (bool < integer < floating). NumPy scalars count as strong, as in NumPy 2.
+
+    Example::
+
+        >>> result_type(float16, 1.5), result_type(int8, 1000), result_type(uint8, 1.0)
+        (ignis.float16, ignis.int8, ignis.float64)
+    """
+    strong: DType | None = None
+    weak_kind = -1
+    for arg in args:
+        kind = _scalar_kind(arg)
+        if kind is not None:
+            weak_kind = max(weak_kind, _KIND_ORDER[kind])
+            continue
+        if isinstance(arg, complex):
+            raise DTypeError(f"{op}: complex values are not supported (got {arg!r})")
+        d = _dtype_of(arg, op)
+        strong = d if strong is None else _PROMOTE[(strong.name, d.name)]
+    if strong is None:
+        if weak_kind < 0:
+            raise DTypeError(f"{op}: needs at least one operand")
+        return (bool_, int64, float64)[weak_kind]
+    if weak_kind <= _KIND_ORDER[strong.kind]:
+        return strong
+    # The scalar's kind is higher: bool array with int -> int64; int/bool with float -> float64.
+    return int64 if weak_kind == 1 else float64
+
+
+def _dtype_of(arg: Any, op: str) -> DType:
+    d = getattr(arg, "dtype", None)
+    if type(d) is DType:  # arrays: the common case, kept cheap
+        return d
+    if d is not None and not isinstance(arg, (type, np.dtype)):
+        return as_dtype(d, op)
+    return as_dtype(arg, op)
+
+
+def can_cast(from_: DTypeLike, to: DTypeLike, casting: str = "same_kind") -> bool:
+    """Whether a value of ``from_`` may be stored into ``to`` (``"same_kind"`` or ``"safe"``).
+
+    ``"same_kind"`` (the rule of in-place operators) allows any cast that does not go down in
+    kind (float -> int, int -> bool); ``"safe"`` allows only casts that keep every value.
+    """
+    f, t = as_dtype(from_), as_dtype(to)
+    if casting == "unsafe":
+        return True
+    if casting == "safe":
+        return promote_types(f, t) is t
+    if casting == "same_kind":
+        return promote_types(f, t) is t or _CAST_KIND[f.kind] <= _CAST_KIND[t.kind]
+    raise ValueError(
+        f"can_cast: unknown casting {casting!r}; expected 'safe', 'same_kind' or 'unsafe'"
+    )
+
+
+def check_scalar_fits(value: Any, dtype: DType, op: str) -> None:
+    """Raise OverflowError when a Python int cannot be represented in integer ``dtype``.
+
+    NumPy 2 refuses ``uint8_array + 300`` the same way rather than wrapping silently.
+    """
+    if type(value) is int and dtype.kind in "iu":
+        info = np.iinfo(dtype.numpy)
+        if not info.min <= value <= info.max:
+            raise OverflowError(
+                f"{op}: Python integer {value} is out of bounds for {dtype.name} "
+                f"(range {info.min}..{info.max}); cast the array first"
+            )

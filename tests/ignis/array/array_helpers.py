@@ -1,0 +1,98 @@
+"""Shared helpers of the NvArray tests: random data per dtype and per-dtype tolerances."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+import ignis
+
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+INTS = ["int8", "uint8", "int32", "int64"]
+ALL = ["bool"] + INTS + FLOATS
+
+# (rtol, atol) for one elementwise result rounded to the dtype (inputs already exact in it).
+TOL = {
+    "float16": (2e-3, 1e-3),
+    "bfloat16": (1.6e-2, 1e-2),
+    "float32": (2e-6, 1e-6),
+    "float64": (1e-12, 1e-12),
+}
+
+
+def np_dtype(name: str) -> np.dtype:
+    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+
+
+def random_array(
+    rng: np.random.Generator,
+    shape: tuple,
+    dtype: str,
+    low: float = -4.0,
+    high: float = 4.0,
+    positive: bool = False,
+) -> np.ndarray:
+    """Random host data exactly representable in ``dtype`` (never all zeros)."""
+    if dtype == "bool":
+        out = rng.random(shape) < 0.5
+        if out.size > 1:
+            out.flat[0], out.flat[-1] = True, False
+        return out
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        lo = max(int(low * 8), int(info.min)) if not positive else 1
+        hi = min(int(high * 8), int(info.max))
+        return rng.integers(lo, hi + 1, size=shape).astype(dtype)
+    x = rng.uniform(low, high, size=shape)
+    if positive:
+        x = np.abs(x) + 0.1
+    return x.astype(np_dtype(dtype))
+
+
+def to64(x: np.ndarray) -> np.ndarray:
+    """Host data as float64 (bool/int too) for reference computations."""
+    return np.asarray(x).astype(np.float64)
+
+
+def host(a: ignis.NvArray) -> np.ndarray:
+    return a.to_host()
+
+
+def assert_close(
+    actual: ignis.NvArray, expected: np.ndarray, dtype: str, scale: float = 1.0
+) -> None:
+    """Compare an NvArray to a float64 (or exact) reference with the tolerance of ``dtype``."""
+    assert isinstance(actual, ignis.NvArray), type(actual)
+    got = actual.to_host()
+    assert got.shape == np.shape(expected), (got.shape, np.shape(expected))
+    if dtype in FLOATS:
+        rtol, atol = TOL[dtype]
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            np.asarray(expected, np.float64),
+            rtol=rtol * scale,
+            atol=atol * scale,
+            equal_nan=True,
+        )
+    else:
+        np.testing.assert_array_equal(got, np.asarray(expected).astype(got.dtype))
+
+
+class FakeCudaBackend:
+    """Factory of a host-memory backend that calls itself "cuda" (tests of device handling
+    and of __cuda_array_interface__ without a GPU)."""
+
+    @staticmethod
+    def create(device):
+        from ignis._array._cpu_backend import CpuBackend
+
+        class _Fake(CpuBackend):
+            kind = "cuda"
+
+            def dlpack_device(self):
+                return (2, device.index)
+
+            def cai_stream(self, arr):
+                return 1
+
+        return _Fake(device)
