@@ -1,0 +1,438 @@
+"""The derivative rules: one vector-Jacobian product per differentiable primitive, in one table.
+
+Every entry is ``vjp(g, need, *ctx) -> tuple``: ``g`` is the gradient of the op's output (an
+NvArray of the output's shape and dtype), ``need[i]`` says whether input ``i`` wants a gradient
+(rules skip the work otherwise) and ``ctx`` is what the forward function saved, in the order the
+parameter names give. It returns one NvArray (the input's shape) or None per input. Rules with
+``fresh=True`` always return new buffers that nothing else references (the backward walk may then
+keep them without a copy); the others may return views of ``g``.
+
+Conventions: ``a``/``b``/``x`` are saved inputs (NvArrays, or Python scalars for constants),
+``out`` the saved output, ``sa``/``sb`` input shapes, ``keep`` the reduced shape with the reduced
+axes kept as 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ignis
+from ignis import NvArray
+
+from ._graph import grad_dtype
+
+__all__ = ["Rule", "RULES", "unbroadcast"]
+
+
+class Rule(NamedTuple):
+    vjp: Callable[..., tuple[Any, ...]]
+    fresh: bool
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(name: str, fresh: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        RULES[name] = Rule(fn, fresh)
+        return fn
+
+    return register
+
+
+def shape_of(x: Any) -> tuple[int, ...]:
+    return x.shape if isinstance(x, NvArray) else ()
+
+
+def unbroadcast(grad: NvArray, shape: tuple[int, ...]) -> NvArray:
+    """Sum ``grad`` over the axes broadcasting added or stretched, back to ``shape``."""
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1
+    )
+    return grad.sum(axis=axes, keepdims=True).reshape(shape) if axes else grad.reshape(shape)
+
+
+_unb = unbroadcast
+
+
+# --- arithmetic -------------------------------------------------------------------------------
+
+
+@rule("add", fresh=False)
+def _add(g, need, sa, sb):
+    return (_unb(g, sa) if need[0] else None, _unb(g, sb) if need[1] else None)
+
+
+@rule("sub", fresh=False)
+def _sub(g, need, sa, sb):
+    return (_unb(g, sa) if need[0] else None, _unb(-g, sb) if need[1] else None)
+
+
+@rule("mul")
+def _mul(g, need, a, b, sa, sb):
+    # a is saved only when b needs a gradient and vice versa (None otherwise)
+    return (
+        _unb(g * b, sa) if need[0] else None,
+        _unb(g * a, sb) if need[1] else None,
+    )
+
+
+@rule("div")
+def _div(g, need, sa, b, out):
+    # out is saved only when b needs a gradient
+    g_b = g / b  # d(a/b)/da = 1/b, d(a/b)/db = -(a/b)/b
+    return (
+        _unb(g_b, sa) if need[0] else None,
+        _unb(-(g_b * out), shape_of(b)) if need[1] else None,
+    )
+
+
+@rule("pow")
+def _pow(g, need, a, b, out):
+    ga = gb = None
+    if need[0]:
+        if isinstance(b, (int, float)) and not isinstance(b, bool):
+            # Scalar exponents (the common case): fewer kernels, and no 0 * inf at b == 0.
+            if b == 0:
+                ga = g * 0.0
+            elif b == 1:
+                ga = g.clone()
+            elif b == 2:
+                ga = g * (a * 2.0)
+            else:
+                ga = g * (a ** (b - 1) * b)
+        else:
+            ga = _unb(g * (a ** (b - 1)) * b, shape_of(a))
+    if need[1]:
+        if isinstance(a, NvArray):
+            # d/db a**b = a**b log a; at a == 0 the limit is 0 (as PyTorch), not nan.
+            gb = ignis.where(a == 0, 0.0, g * out * ignis.log(a))
+        else:
+            gb = g * out * (math.log(a) if a > 0 else math.nan)
+        gb = _unb(gb, shape_of(b))
+    return ga, gb
+
+
+@rule("neg")
+def _neg(g, need):
+    return (-g,)
+
+
+@rule("abs")
+def _abs(g, need, x):
+    return (ignis.where(x > 0, g, ignis.where(x < 0, -g, 0.0)),)
+
+
+@rule("maximum")
+def _maximum(g, need, a, b):
+    # Ties share the gradient equally (as PyTorch).
+    ga = ignis.where(a > b, g, ignis.where(a == b, g * 0.5, 0.0))
+    return (
+        _unb(ga, shape_of(a)) if need[0] else None,
+        _unb(g - ga, shape_of(b)) if need[1] else None,
+    )
+
+
+@rule("minimum")
+def _minimum(g, need, a, b):
+    ga = ignis.where(a < b, g, ignis.where(a == b, g * 0.5, 0.0))
+    return (
+        _unb(ga, shape_of(a)) if need[0] else None,
+        _unb(g - ga, shape_of(b)) if need[1] else None,
+    )
+
+
+@rule("where")
+def _where(g, need, cond, sa, sb):
+    return (
+        None,
+        _unb(ignis.where(cond, g, 0.0), sa) if need[1] else None,
+        _unb(ignis.where(cond, 0.0, g), sb) if need[2] else None,
+    )
+
+
+@rule("clip")
+def _clip(g, need, x, lo, hi):
+    # Inside [lo, hi], bounds included, the gradient passes (as PyTorch's clamp).
+    if lo is not None:
+        g = ignis.where(x < lo, 0.0, g)
+    if hi is not None:
+        g = ignis.where(x > hi, 0.0, g)
+    return (g,)
+
+
+# --- elementwise functions ----------------------------------------------------------------------
+
+
+@rule("exp")
+def _exp(g, need, out):
+    return (g * out,)
+
+
+@rule("log")
+def _log(g, need, x):
+    return (g / x,)
+
+
+@rule("sqrt")
+def _sqrt(g, need, out):
+    return (g / (out * 2.0),)
+
+
+@rule("tanh")
+def _tanh(g, need, out):
+    return (g * (1.0 - out * out),)
+
+
+@rule("sigmoid")
+def _sigmoid(g, need, out):
+    return (g * out * (1.0 - out),)
+
+
+@rule("relu")
+def _relu(g, need, out):
+    return (ignis.where(out > 0, g, 0.0),)
+
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+@rule("gelu")
+def _gelu(g, need, x, approximate):
+    if approximate == "tanh":
+        x2 = x * x
+        t = ignis.tanh((x + x2 * x * 0.044715) * _SQRT_2_PI)
+        d = (t + 1.0) * 0.5 + x * (1.0 - t * t) * ((x2 * (3 * 0.044715) + 1.0) * (0.5 * _SQRT_2_PI))
+    else:  # x * Phi(x): Phi(x) + x * phi(x)
+        cdf = (ignis.erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+        d = cdf + x * ignis.exp(x * x * -0.5) * _INV_SQRT_2PI
+    return (g * d,)
+
+
+@rule("silu")
+def _silu(g, need, x):
+    s = ignis.sigmoid(x)
+    return (g * s * (x * (1.0 - s) + 1.0),)
+
+
+# --- reductions -------------------------------------------------------------------------------
+
+
+@rule("sum", fresh=False)
+def _sum(g, need, sx, keep):
+    return (g.reshape(keep).broadcast_to(sx),)
+
+
+@rule("mean", fresh=False)
+def _mean(g, need, sx, keep, n):
+    return ((g / n).reshape(keep).broadcast_to(sx),)
+
+
+@rule("max")
+def _max(g, need, x, out_keep, axes):
+    # The gradient is shared equally by all elements equal to the maximum (as torch.amax).
+    hit = x == out_keep
+    count = hit.sum(axis=axes, keepdims=True).astype(g.dtype)
+    return (ignis.where(hit, g.reshape(out_keep.shape) / count, 0.0),)
+
+
+RULES["min"] = RULES["max"]  # x == min plays the same part
+
+
+@rule("var")
+def _var(g, need, x, mean_keep, denom):
+    scale = 2.0 / denom if denom > 0 else math.inf  # N - ddof <= 0: the variance is inf/nan too
+    return ((x - mean_keep) * (g.reshape(mean_keep.shape) * scale),)
+
+
+@rule("softmax")
+def _softmax(g, need, out, axis):
+    return (out * (g - (g * out).sum(axis=axis, keepdims=True)),)
+
+
+@rule("log_softmax")
+def _log_softmax(g, need, out, axis):
+    return (g - ignis.exp(out) * g.sum(axis=axis, keepdims=True),)
+
+
+# --- linear algebra ---------------------------------------------------------------------------
+
+
+@rule("matmul")
+def _matmul(g, need, a, b, sa, sb):
+    # a is saved only when b needs a gradient and vice versa; 1-D operands are promoted to
+    # matrices (a row, b a column) as the forward did, and the added axis dropped again.
+    a_vec, b_vec = len(sa) == 1, len(sb) == 1
+    if a_vec and b_vec:
+        g2 = g.reshape(1, 1)
+    elif a_vec:
+        g2 = g.unsqueeze(-2)
+    elif b_vec:
+        g2 = g.unsqueeze(-1)
+    else:
+        g2 = g
+    ga = gb = None
+    if need[0]:
+        b2 = b.unsqueeze(-1) if b_vec else b
+        sa2 = (1,) + sa if a_vec else sa
+        ga = _unb(ignis.matmul(g2, b2, transpose_b=True), sa2).reshape(sa)
+    if need[1]:
+        a2 = a.unsqueeze(0) if a_vec else a
+        sb2 = sb + (1,) if b_vec else sb
+        if a2.ndim > 2 and len(sb2) == 2:
+            # One weight shared by a batch (a linear layer): a single flat GEMM sums the batch.
+            k = a2.shape[-1]
+            gb = ignis.matmul(a2.reshape(-1, k), g2.reshape(-1, g2.shape[-1]), transpose_a=True)
+        else:
+            gb = _unb(ignis.matmul(a2, g2, transpose_a=True), sb2)
+        gb = gb.reshape(sb)
+    return ga, gb
+
+
+@rule("add_bias", fresh=False)
+def _add_bias(g, need, batch_axes):
+    return (g if need[0] else None, g.sum(axis=batch_axes) if need[1] else None)
+
+
+# --- shape and data movement ------------------------------------------------------------------
+
+
+@rule("reshape", fresh=False)
+def _reshape(g, need, sx):
+    return (g.reshape(sx),)
+
+
+@rule("broadcast_to", fresh=False)
+def _broadcast_to(g, need, sx):
+    return (_unb(g, sx),)
+
+
+@rule("permute", fresh=False)
+def _permute(g, need, inverse):
+    return (g.permute(inverse),)
+
+
+@rule("getitem")
+def _getitem(g, need, sx, key):
+    full = ignis.zeros(sx, dtype=g.dtype, device=g.device)
+    full[key] = g  # basic indexing selects each element at most once
+    return (full,)
+
+
+@rule("concatenate", fresh=False)
+def _concatenate(g, need, axis, sizes):
+    out, start = [], 0
+    lead = (slice(None),) * axis
+    for n, want in zip(sizes, need, strict=True):
+        out.append(g[lead + (slice(start, start + n),)] if want else None)
+        start += n
+    return tuple(out)
+
+
+@rule("stack", fresh=False)
+def _stack(g, need, axis):
+    lead = (slice(None),) * axis
+    return tuple(g[lead + (i,)] if want else None for i, want in enumerate(need))
+
+
+@rule("astype", fresh=False)
+def _astype(g, need):
+    return (g,)  # the walk converts a gradient to its input's dtype
+
+
+@rule("to")
+def _to(g, need, device):
+    return (g.to(device),)
+
+
+# --- neural-network functions -----------------------------------------------------------------
+
+
+@rule("cross_entropy")
+def _cross_entropy(g, need, log_probs, targets, valid, scale, reduction):
+    n_classes = log_probs.shape[-1]
+    hot = targets.unsqueeze(-1) == ignis.arange(n_classes, device=targets.device)
+    p = ignis.exp(log_probs)
+    d = ignis.where(hot, p - 1.0, p)
+    if reduction == "none":
+        gs = g.astype(d.dtype).unsqueeze(-1)
+    else:
+        gs = g.astype(d.dtype) * scale
+    d = d * gs
+    if valid is not None:
+        d = ignis.where(valid.unsqueeze(-1), d, 0.0)
+    return (d, None)
+
+
+@rule("layer_norm")
+def _layer_norm(g, need, xhat, rstd, w, axes, batch_axes):
+    # inputs (x, weight, bias); xhat = (x - mean) * rstd over ``axes``
+    gx = gw = gb = None
+    if need[0]:
+        gh = g * w if w is not None else g
+        gh = gh if gh.dtype == xhat.dtype else gh.astype(xhat.dtype)
+        gx = rstd * (
+            gh
+            - gh.mean(axis=axes, keepdims=True)
+            - xhat * (gh * xhat).mean(axis=axes, keepdims=True)
+        )
+    if need[1]:
+        gw = _sum_batch(g * xhat, batch_axes)
+    if need[2]:
+        gb = _sum_batch(g, batch_axes) if batch_axes else g.clone()
+    return gx, gw, gb
+
+
+@rule("rms_norm")
+def _rms_norm(g, need, xhat, rstd, w, axes, batch_axes):
+    # inputs (x, weight); xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over ``axes``
+    gx = gw = None
+    if need[0]:
+        gh = g * w if w is not None else g
+        gh = gh if gh.dtype == xhat.dtype else gh.astype(xhat.dtype)
+        gx = rstd * (gh - xhat * (gh * xhat).mean(axis=axes, keepdims=True))
+    if need[1]:
+        gw = _sum_batch(g * xhat, batch_axes)
+    return gx, gw
+
+
+def _sum_batch(v, batch_axes):
+    return v.sum(axis=batch_axes) if batch_axes else v
+
+
+@rule("embedding")
+def _embedding(g, need, ids, n_rows):
+    # inputs (ids, weight). NvArray has no scatter-add yet: the weight gradient is
+    # one_hot(ids)^T @ g, built in row blocks so the one-hot matrix stays small; half
+    # precision sums run in float32.
+    dtype = grad_dtype(g.dtype)
+    flat_ids = ids.reshape(-1)
+    flat_g = g.reshape(-1, g.shape[-1])
+    if flat_g.dtype != dtype:
+        flat_g = flat_g.astype(dtype)
+    classes = ignis.arange(n_rows, device=ids.device)
+    step = one_hot_block(n_rows)
+    total = None
+    for start in range(0, flat_ids.shape[0], step):
+        hot = (flat_ids[start : start + step].unsqueeze(-1) == classes).astype(dtype)
+        part = ignis.matmul(hot, flat_g[start : start + step], transpose_a=True)
+        total = part if total is None else ignis.accumulate(total, part)
+    if total is None:
+        total = ignis.zeros((n_rows, g.shape[-1]), dtype=dtype, device=g.device)
+    return None, total
+
+
+def one_hot_block(n_rows: int) -> int:
+    """Rows per block of an (rows, n_rows) one-hot matrix: about 16 M elements at most."""
+    return max(1, (1 << 24) // max(n_rows, 1))
+
+
+@rule("dropout")
+def _dropout(g, need, keep, scale):
+    return (ignis.where(keep, g * scale, 0.0),)

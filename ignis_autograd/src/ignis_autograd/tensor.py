@@ -1,0 +1,762 @@
+"""Tensor: an NvArray that remembers how it was computed, for reverse-mode differentiation.
+
+Example::
+
+    >>> from ignis_autograd import Tensor
+    >>> x = Tensor.from_host([1.0, 2.0, 3.0], shape=[3], requires_grad=True)
+    >>> (x * x).sum().backward()
+    >>> x.grad.to_host()
+    array([2., 4., 6.], dtype=float32)
+
+Operators broadcast like NumPy and accept Python scalars and NvArrays (constants) on either side.
+Each differentiable op computes its value with NvArray operations and, when recording is on and
+an input requires a gradient, hangs a graph node off the result (see :mod:`._graph`); its
+derivative is the op's entry in the rules table (:mod:`._rules`).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+import ignis
+from ignis import DeviceMismatchError, DTypeError, NvArray, ShapeError
+
+from . import _graph
+from ._errors import AutogradError
+from ._graph import Node, run_backward, state
+from ._rules import RULES, shape_of
+
+__all__ = ["Tensor", "apply", "connect", "needs_grad", "as_data"]
+
+
+def as_data(x: Any) -> Any:
+    """The NvArray (or scalar) behind an operand: a Tensor's ``data``, anything else as is."""
+    return x.data if isinstance(x, Tensor) else x
+
+
+def needs_grad(*inputs: Any) -> bool:
+    """True when recording is on and some input is a Tensor that requires a gradient."""
+    if not state.grad_enabled:
+        return False
+    for x in inputs:
+        if isinstance(x, Tensor) and x._requires_grad:
+            return True
+    return False
+
+
+def _observe(inputs: tuple[Any, ...]) -> None:
+    # A checkpoint's forward runs under no_grad; it still has to learn whether its output will
+    # need a gradient, including through tensors the function captured.
+    for x in inputs:
+        if isinstance(x, Tensor) and x._requires_grad:
+            for obs in state.observers:
+                obs.saw_grad = True
+            return
+
+
+def connect(inputs: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The graph edges of an op's inputs (see :class:`Node`), or None when no input requires
+    a gradient."""
+    edges = None
+    for i, x in enumerate(inputs):
+        if isinstance(x, Tensor) and x._requires_grad:
+            if edges is None:
+                edges = [None] * len(inputs)
+            edges[i] = x.grad_fn or x
+    return None if edges is None else tuple(edges)
+
+
+def apply(name: str, out: NvArray, inputs: tuple[Any, ...], ctx: tuple[Any, ...]) -> Tensor:
+    """Wrap ``out`` (the op's value) as a Tensor and record the op ``name`` when needed.
+
+    ``inputs`` are the op's operands (Tensors or constants), ``ctx`` what its rule needs.
+    """
+    t = Tensor.__new__(Tensor)
+    t.data = out
+    t.grad = None
+    t.grad_fn = None
+    t._requires_grad = False
+    if state.grad_enabled:
+        edges = connect(inputs)
+        if edges is not None:
+            r = RULES[name]
+            t.grad_fn = Node(name, r.vjp, ctx, edges, out, r.fresh)
+            t._requires_grad = True
+    elif state.observers:
+        _observe(inputs)
+    return t
+
+
+def _plain(data: NvArray) -> Tensor:
+    """A Tensor that is not part of any graph (comparisons, integer results)."""
+    t = Tensor.__new__(Tensor)
+    t.data = data
+    t.grad = None
+    t.grad_fn = None
+    t._requires_grad = False
+    return t
+
+
+def _keep_shape(shape: tuple[int, ...], axis: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(reduced axes, shape with those axes kept as 1), for an axis the reduction accepted."""
+    nd = len(shape)
+    if axis is None:
+        axes = tuple(range(nd))
+    elif isinstance(axis, (tuple, list)):
+        axes = tuple(sorted(operator.index(a) % nd for a in axis))
+    else:
+        axes = (operator.index(axis) % nd,)
+    return axes, tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _check_float(dtype: Any, op: str) -> None:
+    if dtype.kind != "f":
+        raise DTypeError(
+            f"{op}: only floating tensors (float16, bfloat16, float32, float64) can require "
+            f"gradients, got {dtype.name}"
+        )
+
+
+class Tensor:
+    """A differentiable tensor over an :class:`ignis.NvArray`.
+
+    Args:
+        data: the values (an NvArray; use :meth:`from_host` for host data).
+        requires_grad: accumulate gradients into :attr:`grad` (floating dtypes only).
+
+    Attributes:
+        data: the NvArray. grad: the accumulated gradient (an NvArray, float32 for float16 and
+        bfloat16 tensors) or None. grad_fn: the graph node that produced this tensor (None for
+        a leaf). requires_grad, is_leaf, shape, dtype, device, device_id, ndim.
+    """
+
+    __slots__ = ("data", "grad", "grad_fn", "_requires_grad", "__weakref__")
+
+    __array_ufunc__ = None  # NumPy scalars on the left defer to our reflected operators
+    __array_priority__ = 1000
+
+    def __init__(self, data: NvArray, requires_grad: bool = False):
+        if isinstance(data, Tensor):
+            data = data.data
+        if not isinstance(data, NvArray):
+            raise TypeError(
+                f"Tensor: data must be an NvArray, got {type(data).__name__}; use "
+                "Tensor.from_host(values) for host data"
+            )
+        self.data = data
+        self.grad: NvArray | None = None
+        self.grad_fn: _graph.Node | None = None
+        self._requires_grad = False
+        if requires_grad:
+            _check_float(data.dtype, "Tensor")
+            self._requires_grad = True
+
+    # --- constructors --------------------------------------------------------------------------
+
+    @classmethod
+    def from_host(
+        cls,
+        values: Any,
+        shape: Any = None,
+        dtype: Any = "float32",
+        device: Any = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        """A tensor holding a copy of host data (lists, NumPy arrays, scalars).
+
+        Example: ``Tensor.from_host([[1, 2], [3, 4]], dtype="float64", requires_grad=True)``.
+        """
+        return cls(
+            NvArray.from_host(values, shape=shape, dtype=dtype, device=device), requires_grad
+        )
+
+    @classmethod
+    def from_nv_array(cls, nv: NvArray, requires_grad: bool = False) -> Tensor:
+        """A tensor over ``nv`` (no copy)."""
+        return cls(nv, requires_grad)
+
+    @classmethod
+    def zeros(
+        cls, shape: Any, dtype: Any = "float32", device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        """A tensor of zeros."""
+        return cls(ignis.zeros(shape, dtype=dtype, device=device), requires_grad)
+
+    @classmethod
+    def ones(
+        cls, shape: Any, dtype: Any = "float32", device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        """A tensor of ones."""
+        return cls(ignis.ones(shape, dtype=dtype, device=device), requires_grad)
+
+    @classmethod
+    def full(
+        cls,
+        shape: Any,
+        fill_value: Any,
+        dtype: Any = "float32",
+        device: Any = None,
+        requires_grad: bool = False,
+    ) -> Tensor:
+        """A tensor with every element ``fill_value``."""
+        return cls(ignis.full(shape, fill_value, dtype=dtype, device=device), requires_grad)
+
+    @classmethod
+    def rand(
+        cls,
+        shape: Any,
+        dtype: Any = "float32",
+        device: Any = None,
+        requires_grad: bool = False,
+        generator: Any = None,
+    ) -> Tensor:
+        """Uniform values in [0, 1) from ``generator`` (default: ``ignis.random``'s stream)."""
+        src = generator if generator is not None else ignis.random
+        return cls(src.rand(_shape_arg(shape), dtype=dtype, device=device), requires_grad)
+
+    @classmethod
+    def randn(
+        cls,
+        shape: Any,
+        dtype: Any = "float32",
+        device: Any = None,
+        requires_grad: bool = False,
+        generator: Any = None,
+    ) -> Tensor:
+        """Standard normal values from ``generator`` (default: ``ignis.random``'s stream)."""
+        src = generator if generator is not None else ignis.random
+        return cls(src.randn(_shape_arg(shape), dtype=dtype, device=device), requires_grad)
+
+    # --- attributes ----------------------------------------------------------------------------
+
+    @property
+    def requires_grad(self) -> bool:
+        """Whether gradients flow to (leaf) or through (non-leaf) this tensor."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self.grad_fn is not None:
+            raise AutogradError(
+                f"requires_grad can only be changed on a leaf tensor; this one was computed by "
+                f"'{self.grad_fn.name}' (use detach() for a leaf copy)"
+            )
+        if value:
+            _check_float(self.data.dtype, "requires_grad")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, value: bool = True) -> Tensor:
+        """Set :attr:`requires_grad` in place; returns self."""
+        self.requires_grad = value
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True when no recorded op produced this tensor (``grad_fn is None``)."""
+        return self.grad_fn is None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> Any:
+        return self.data.dtype
+
+    @property
+    def device(self) -> Any:
+        """``"cpu"`` or ``"cuda:N"``."""
+        return self.data.device
+
+    @property
+    def device_id(self) -> int | None:
+        """The CUDA ordinal, or None on the CPU."""
+        return self.data.device.index
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        """Number of elements."""
+        return self.data.numel
+
+    def item(self) -> Any:
+        """The single element as a Python scalar."""
+        return self.data.item()
+
+    def to_host(self) -> np.ndarray:
+        """A NumPy copy of the values."""
+        return self.data.to_host()
+
+    def numpy(self) -> np.ndarray:
+        """A NumPy copy of the values (same as :meth:`to_host`)."""
+        return self.data.to_host()
+
+    def tolist(self) -> Any:
+        return self.data.tolist()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        host = self.data.to_host()
+        return host if dtype is None else host.astype(dtype)
+
+    def detach(self) -> Tensor:
+        """A tensor sharing this one's data, outside any graph (requires_grad False)."""
+        return _plain(self.data)
+
+    def zero_grad(self) -> None:
+        """Forget the accumulated gradient (``grad`` becomes None)."""
+        self.grad = None
+
+    def backward(self, grad_output: Any = None, retain_graph: bool = False) -> None:
+        """Accumulate d(self)/d(leaf) into the ``grad`` of every leaf that requires it.
+
+        Args:
+            grad_output: the gradient of some scalar with respect to this tensor (NvArray,
+                Tensor or host data, of this tensor's shape); may be omitted for one element.
+            retain_graph: keep the graph, to call backward through it again.
+
+        Raises:
+            ShapeError: for a non-scalar without ``grad_output`` or a mis-shaped one.
+            GraphFreedError: when an earlier backward freed part of the graph.
+        """
+        if not self._requires_grad:
+            raise AutogradError(
+                "backward: this tensor does not require grad (no input of its computation "
+                "requires grad, or it was computed under no_grad)"
+            )
+        data = self.data
+        if grad_output is None:
+            if data.numel != 1:
+                raise ShapeError(
+                    f"backward: grad_output is required for an output of shape {data.shape}; only "
+                    "a tensor with a single element gets the implicit gradient 1"
+                )
+            g = ignis.ones(data.shape, dtype=data.dtype, device=data.device)
+            owned = True
+        else:
+            g = as_data(grad_output)
+            if not isinstance(g, NvArray):
+                g = NvArray.from_host(g, dtype=data.dtype, device=data.device)
+            if g.shape != data.shape:
+                raise ShapeError(
+                    f"backward: grad_output has shape {g.shape}, expected {data.shape} (the shape "
+                    "of the tensor)"
+                )
+            if g.device != data.device:
+                raise DeviceMismatchError(
+                    f"backward: grad_output is on {g.device} but the tensor is on {data.device}"
+                )
+            owned = False
+            if g.dtype != data.dtype:
+                g = g.astype(data.dtype)
+                owned = True
+        run_backward(self, g, owned, retain_graph)
+
+    def __repr__(self) -> str:
+        body = repr(self.data)
+        body = body[len("NvArray(") : -1] if body.startswith("NvArray(") else body
+        extra = ""
+        if self.grad_fn is not None:
+            extra = f", grad_fn={self.grad_fn!r}"
+        elif self._requires_grad:
+            extra = ", requires_grad=True"
+        return f"Tensor({body}{extra})"
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    __hash__ = object.__hash__  # identity, so tensors can key dicts (== is elementwise)
+
+    # --- arithmetic ----------------------------------------------------------------------------
+
+    def __add__(self, other: Any) -> Tensor:
+        return add(self, other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return add(other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return subtract(other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return multiply(other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return divide(other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return power(self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return power(other, self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return apply("neg", -self.data, (self,), ())
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __abs__(self) -> Tensor:
+        return self.abs()
+
+    # comparisons give bool tensors outside any graph
+    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _plain(self.data == as_data(other))
+
+    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
+        return _plain(self.data != as_data(other))
+
+    def __lt__(self, other: Any) -> Tensor:
+        return _plain(self.data < as_data(other))
+
+    def __le__(self, other: Any) -> Tensor:
+        return _plain(self.data <= as_data(other))
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _plain(self.data > as_data(other))
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _plain(self.data >= as_data(other))
+
+    # --- elementwise functions -----------------------------------------------------------------
+
+    def neg(self) -> Tensor:
+        return -self
+
+    def abs(self) -> Tensor:
+        return apply("abs", ignis.abs(self.data), (self,), (self.data,))
+
+    def exp(self) -> Tensor:
+        out = ignis.exp(self.data)
+        return apply("exp", out, (self,), (out,))
+
+    def log(self) -> Tensor:
+        return apply("log", ignis.log(self.data), (self,), (self.data,))
+
+    def sqrt(self) -> Tensor:
+        out = ignis.sqrt(self.data)
+        return apply("sqrt", out, (self,), (out,))
+
+    def tanh(self) -> Tensor:
+        out = ignis.tanh(self.data)
+        return apply("tanh", out, (self,), (out,))
+
+    def sigmoid(self) -> Tensor:
+        out = ignis.sigmoid(self.data)
+        return apply("sigmoid", out, (self,), (out,))
+
+    def relu(self) -> Tensor:
+        out = ignis.relu(self.data)
+        return apply("relu", out, (self,), (out,))
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        """GELU; ``approximate="tanh"`` for the tanh form (the original library's)."""
+        out = ignis.gelu(self.data, approximate=approximate)
+        return apply("gelu", out, (self,), (self.data, approximate))
+
+    def silu(self) -> Tensor:
+        return apply("silu", ignis.silu(self.data), (self,), (self.data,))
+
+    def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        """Values limited to ``[min, max]`` (either may be None; Tensor bounds get gradients)."""
+        if isinstance(min, Tensor) or isinstance(max, Tensor):
+            out = self
+            if min is not None:
+                out = maximum(out, min)
+            if max is not None:
+                out = minimum(out, max)
+            return out
+        lo, hi = as_data(min), as_data(max)
+        return apply("clip", ignis.clip(self.data, lo, hi), (self,), (self.data, lo, hi))
+
+    def maximum(self, other: Any) -> Tensor:
+        return maximum(self, other)
+
+    def minimum(self, other: Any) -> Tensor:
+        return minimum(self, other)
+
+    def pow(self, exponent: Any) -> Tensor:
+        return power(self, exponent)
+
+    # --- reductions ----------------------------------------------------------------------------
+
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Sum over ``axis`` (None: all; int or tuple)."""
+        x = self.data
+        out = x.sum(axis=axis, keepdims=keepdims)
+        if not needs_grad(self):
+            return apply("sum", out, (self,), ())
+        return apply("sum", out, (self,), (x.shape, _keep_shape(x.shape, axis)[1]))
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        x = self.data
+        out = x.mean(axis=axis, keepdims=keepdims)
+        if not needs_grad(self):
+            return apply("mean", out, (self,), ())
+        _, keep = _keep_shape(x.shape, axis)
+        n = x.numel // max(out.numel, 1) if out.numel else 0
+        return apply("mean", out, (self,), (x.shape, keep, n))
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Maximum over ``axis``; ties share the gradient equally."""
+        return self._extreme("max", axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        """Minimum over ``axis``; ties share the gradient equally."""
+        return self._extreme("min", axis, keepdims)
+
+    def _extreme(self, op: str, axis: Any, keepdims: bool) -> Tensor:
+        x = self.data
+        out = (
+            x.max(axis=axis, keepdims=keepdims)
+            if op == "max"
+            else x.min(axis=axis, keepdims=keepdims)
+        )
+        if not needs_grad(self):
+            return apply(op, out, (self,), ())
+        axes, keep = _keep_shape(x.shape, axis)
+        return apply(op, out, (self,), (x, out.reshape(keep), axes))
+
+    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
+        """Variance ``sum((x - mean)^2) / (N - ddof)`` over ``axis``."""
+        x = self.data
+        out = x.var(axis=axis, ddof=ddof, keepdims=keepdims)
+        if not needs_grad(self):
+            return apply("var", out, (self,), ())
+        n = x.numel // max(out.numel, 1) if out.numel else 0
+        return apply("var", out, (self,), (x, x.mean(axis=axis, keepdims=True), n - ddof))
+
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return _plain(self.data.argmax(axis=axis, keepdims=keepdims))
+
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> Tensor:
+        return _plain(self.data.argmin(axis=axis, keepdims=keepdims))
+
+    def softmax(self, axis: int = -1) -> Tensor:
+        out = ignis.softmax(self.data, axis=axis)
+        return apply("softmax", out, (self,), (out, operator.index(axis) % self.ndim))
+
+    def log_softmax(self, axis: int = -1) -> Tensor:
+        out = ignis.log_softmax(self.data, axis=axis)
+        return apply("log_softmax", out, (self,), (out, operator.index(axis) % self.ndim))
+
+    # --- linear algebra ------------------------------------------------------------------------
+
+    def matmul(self, other: Any) -> Tensor:
+        return matmul(self, other)
+
+    def add_bias(self, bias: Any) -> Tensor:
+        """``self + bias`` for a 1-D ``bias`` matching the last dimension (a row bias)."""
+        b = as_data(bias)
+        x = self.data
+        if not isinstance(b, NvArray) or b.ndim != 1 or x.ndim < 1 or b.shape[0] != x.shape[-1]:
+            got = b.shape if isinstance(b, NvArray) else type(b).__name__
+            want = (
+                f"({x.shape[-1]},)" if x.ndim else "a 1-D bias on an array of at least 1 dimension"
+            )
+            raise ShapeError(
+                f"add_bias: bias of shape {got} does not fit x of shape {x.shape} (expected {want})"
+            )
+        return apply("add_bias", x + b, (self, bias), (tuple(range(x.ndim - 1)),))
+
+    # --- shape ---------------------------------------------------------------------------------
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same elements with a new shape (one dimension may be -1)."""
+        x = self.data
+        return apply("reshape", x.reshape(*shape), (self,), (x.shape,))
+
+    def flatten(self) -> Tensor:
+        return self.reshape(-1)
+
+    def squeeze(self, axis: Any = None) -> Tensor:
+        x = self.data
+        return apply("reshape", x.squeeze(axis), (self,), (x.shape,))
+
+    def unsqueeze(self, axis: int) -> Tensor:
+        x = self.data
+        return apply("reshape", x.unsqueeze(axis), (self,), (x.shape,))
+
+    def transpose(self, *axes: Any) -> Tensor:
+        """Permute the axes (reverse them when none are given)."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        perm = tuple(axes) if axes else tuple(range(self.ndim - 1, -1, -1))
+        return self.permute(*perm)
+
+    def permute(self, *dims: Any) -> Tensor:
+        """Reorder the axes to ``dims`` (all of them)."""
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        out = self.data.permute(*dims)
+        nd = self.ndim
+        perm = [operator.index(d) % nd for d in dims]
+        inverse = [0] * nd
+        for i, p in enumerate(perm):
+            inverse[p] = i
+        return apply("permute", out, (self,), (tuple(inverse),))
+
+    @property
+    def T(self) -> Tensor:
+        """All axes reversed."""
+        return self.transpose()
+
+    @property
+    def mT(self) -> Tensor:
+        """The last two axes swapped."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT: needs at least 2 dimensions, got shape {self.shape}")
+        perm = list(range(self.ndim))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        return self.permute(*perm)
+
+    def broadcast_to(self, shape: Any) -> Tensor:
+        x = self.data
+        return apply("broadcast_to", x.broadcast_to(shape), (self,), (x.shape,))
+
+    def __getitem__(self, key: Any) -> Tensor:
+        if isinstance(key, tuple):
+            key = tuple(as_data(k) for k in key)
+        else:
+            key = as_data(key)
+        x = self.data
+        return apply("getitem", x[key], (self,), (x.shape, key))
+
+    def astype(self, dtype: Any) -> Tensor:
+        """A converted copy; the gradient is converted back."""
+        out = self.data.astype(dtype)
+        if out.dtype.kind != "f":
+            return _plain(out)
+        return apply("astype", out, (self,), ())
+
+    def to(self, device: Any) -> Tensor:
+        """This tensor on ``device`` (differentiable; itself when already there)."""
+        x = self.data
+        out = x.to(device)
+        if out is x:
+            return self
+        return apply("to", out, (self,), (x.device,))
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu")
+
+    # --- neural-network functions (see functional) ---------------------------------------------
+
+    def layer_norm(
+        self, normalized_shape: Any = None, weight: Any = None, bias: Any = None, eps: float = 1e-5
+    ) -> Tensor:
+        from .functional import layer_norm
+
+        return layer_norm(self, normalized_shape, weight, bias, eps)
+
+    def rms_norm(
+        self, normalized_shape: Any = None, weight: Any = None, eps: float = 1e-6
+    ) -> Tensor:
+        from .functional import rms_norm
+
+        return rms_norm(self, normalized_shape, weight, eps)
+
+    def dropout(self, p: float = 0.5, training: bool = True, generator: Any = None) -> Tensor:
+        from .functional import dropout
+
+        return dropout(self, p, training, generator)
+
+
+def _shape_arg(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(shape)
+
+
+# --- binary functions (also the operators) -------------------------------------------------------
+
+
+def add(a: Any, b: Any) -> Tensor:
+    """``a + b`` with broadcasting; Tensors, NvArrays (constants) and scalars."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.add(da, db)
+    return apply("add", out, (a, b), (shape_of(da), shape_of(db)))
+
+
+def subtract(a: Any, b: Any) -> Tensor:
+    """``a - b`` with broadcasting."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.subtract(da, db)
+    return apply("sub", out, (a, b), (shape_of(da), shape_of(db)))
+
+
+def _wants_grad(x: Any) -> bool:
+    return isinstance(x, Tensor) and x._requires_grad
+
+
+def multiply(a: Any, b: Any) -> Tensor:
+    """``a * b`` with broadcasting."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.multiply(da, db)
+    # Keep an operand only for the other one's gradient (x * 0.5 keeps nothing of x).
+    ctx = (
+        da if _wants_grad(b) else None,
+        db if _wants_grad(a) else None,
+        shape_of(da),
+        shape_of(db),
+    )
+    return apply("mul", out, (a, b), ctx)
+
+
+def divide(a: Any, b: Any) -> Tensor:
+    """``a / b`` with broadcasting."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.divide(da, db)
+    return apply("div", out, (a, b), (shape_of(da), db, out if _wants_grad(b) else None))
+
+
+def power(a: Any, b: Any) -> Tensor:
+    """``a ** b`` with broadcasting (either side may be a scalar)."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.power(da, db)
+    return apply("pow", out, (a, b), (da, db, out))
+
+
+def maximum(a: Any, b: Any) -> Tensor:
+    """Elementwise maximum; at ties each side gets half the gradient."""
+    da, db = as_data(a), as_data(b)
+    return apply("maximum", ignis.maximum(da, db), (a, b), (da, db))
+
+
+def minimum(a: Any, b: Any) -> Tensor:
+    """Elementwise minimum; at ties each side gets half the gradient."""
+    da, db = as_data(a), as_data(b)
+    return apply("minimum", ignis.minimum(da, db), (a, b), (da, db))
+
+
+def matmul(a: Any, b: Any) -> Tensor:
+    """Matrix product with NumPy's rules (batched, broadcast batch dimensions, 1-D operands)."""
+    da, db = as_data(a), as_data(b)
+    out = ignis.matmul(da, db)
+    ctx = (da if _wants_grad(b) else None, db if _wants_grad(a) else None, da.shape, db.shape)
+    return apply("matmul", out, (a, b), ctx)
