@@ -17,6 +17,13 @@ from ._errors import (
 )
 
 from ._device import Device, current_device, device_count, is_available, synchronize
+from ._array._cuda_backend.matmul import (
+    cublas_available,
+    get_allow_tf32,
+    get_cublas_enabled,
+    set_allow_tf32,
+    set_cublas_enabled,
+)
 from ._graph import Graph
 from ._kernel import Kernel, compile_kernel
 from ._memory import (

@@ -91,12 +91,13 @@ def test_reproducible_and_continuing(device: str, dtype: str) -> None:
     np.testing.assert_array_equal(np.concatenate(parts), a[: 800 // words])
     c = ignis.random.Generator(124).rand(1000, dtype=dtype, device=device).to_host()
     assert (a != c).mean() > 0.9
-    # the cpu reference of a device call is the same stream
+    # the cpu reference of a device call is the same stream; normal values go through
+    # log/sin/cos, whose last bit may differ between the device and NumPy (a few ulp at most)
     g = ignis.random.Generator(5)
-    n1 = g.randn(64, dtype=dtype, device=device).to_host()
-    np.testing.assert_array_equal(
-        n1, rnd.generate_host("normal", (64,), dt.as_dtype(dtype), 5, 0, {})
-    )
+    n1 = g.randn(64, dtype=dtype, device=device).to_host().astype(np.float64)
+    ref = rnd.generate_host("normal", (64,), dt.as_dtype(dtype), 5, 0, {}).astype(np.float64)
+    eps = float(np.finfo(np.float64).eps) if dtype == "float64" else 0.0
+    np.testing.assert_allclose(n1, ref, rtol=4 * eps, atol=0)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])

@@ -1,0 +1,286 @@
+"""Bandwidth of elementwise ops, and the host cost of a small one: ignis beside PyTorch and CuPy.
+
+Cases over 2**28 elements (float32 and bfloat16; CuPy has no bfloat16): add, multiply, a
+multiply by a scalar, exp, GELU (tanh form), a bfloat16 -> float32 cast, ``where``; and over a
+16384 x 16384 float32 matrix the strided kernels: adding a broadcast row and making a transposed
+view contiguous. All libraries read the same device memory (shared through DLPack). Each time is
+the median of several rounds timed with CUDA events on the library's own stream, each round
+running the op a few times back to back after a warm-up. Bandwidth counts bytes read plus bytes
+written once; ``vs torch`` is ignis's bandwidth over PyTorch's; the last column is the largest
+difference from PyTorch's result relative to the result's scale.
+
+The last table is the host time of ``a + b`` on 1,000 float32 elements (microseconds per call,
+launches queued back to back, median of rounds), which is what small ops cost.
+
+Run on a GPU machine: ``python benchmarks/elementwise.py``. Prints Markdown tables.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import ignis
+
+ROUNDS = 7
+REPS = 5
+WARMUP = 2
+N = 1 << 28
+SIDE = 16384
+
+
+def median_ms(
+    run: Callable[[], Any],
+    record: Callable[[], Any],
+    elapsed: Callable[[Any, Any], float],
+    sync: Callable[[], None],
+) -> float:
+    """Median over rounds of milliseconds per call of ``run`` (device time between events)."""
+    for _ in range(WARMUP):
+        run()
+    sync()
+    samples = []
+    for _ in range(ROUNDS):
+        start = record()
+        for _ in range(REPS):
+            run()
+        end = record()
+        sync()
+        samples.append(elapsed(start, end) / REPS)
+    return statistics.median(samples)
+
+
+def time_ignis(fn: Callable[[], Any]) -> float:
+    stream = ignis.current_stream()
+    return median_ms(
+        fn, lambda: stream.record(), lambda a, b: a.elapsed_time(b), stream.synchronize
+    )
+
+
+def time_torch(fn: Callable[[], Any]) -> float:
+    import torch
+
+    def record() -> Any:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    return median_ms(fn, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
+
+
+def time_cupy(fn: Callable[[], Any]) -> float:
+    import cupy
+
+    def record() -> Any:
+        e = cupy.cuda.Event()
+        e.record()
+        return e
+
+    return median_ms(
+        fn,
+        record,
+        lambda a, b: cupy.cuda.get_elapsed_time(a, b),
+        cupy.cuda.get_current_stream().synchronize,
+    )
+
+
+def max_rel_diff(ours: Any, theirs: Any) -> float:
+    a = np.asarray(ours.to_host(), dtype=np.float64)
+    b = theirs.float().cpu().numpy().astype(np.float64)
+    scale = np.max(np.abs(b)) + 1e-30
+    return float(np.max(np.abs(a - b)) / scale)
+
+
+Case = tuple[str, tuple[int, ...], Callable, Callable, Any, int]
+
+
+def cases() -> list[Case]:
+    """(name, input shape, ignis fn, torch fn, cupy fn or None, bytes moved per input element
+    in units of the input itemsize: reads + writes)."""
+    import torch
+
+    return [
+        ("add", (N,), lambda x, y: x + y, lambda t, u: t + u, lambda c, d: c + d, 3),
+        ("multiply", (N,), lambda x, y: x * y, lambda t, u: t * u, lambda c, d: c * d, 3),
+        (
+            "multiply by scalar",
+            (N,),
+            lambda x, y: x * 2.5,
+            lambda t, u: t * 2.5,
+            lambda c, d: c * 2.5,
+            2,
+        ),
+        (
+            "exp",
+            (N,),
+            lambda x, y: ignis.exp(x),
+            lambda t, u: torch.exp(t),
+            lambda c, d: _cupy().exp(c),
+            2,
+        ),
+        (
+            "gelu (tanh)",
+            (N,),
+            lambda x, y: ignis.gelu(x, approximate="tanh"),
+            lambda t, u: torch.nn.functional.gelu(t, approximate="tanh"),
+            None,
+            2,
+        ),
+        (
+            "where(x > 0, x, y)",
+            (N,),
+            lambda x, y: ignis.where(x > 0, x, y),
+            lambda t, u: torch.where(t > 0, t, u),
+            lambda c, d: _cupy().where(c > 0, c, d),
+            5,
+        ),
+        (
+            "add broadcast row",
+            (SIDE, SIDE),
+            lambda x, y: x + y[0],
+            lambda t, u: t + u[0],
+            lambda c, d: c + d[0],
+            2,
+        ),
+        (
+            "transpose copy",
+            (SIDE, SIDE),
+            lambda x, y: x.T.contiguous(),
+            lambda t, u: t.T.contiguous(),
+            lambda c, d: _cupy().ascontiguousarray(c.T),
+            2,
+        ),
+    ]
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
+def measure(
+    name: str,
+    dtype: str,
+    shape: tuple[int, ...],
+    nbytes: int,
+    f_ignis: Callable[[], Any],
+    f_torch: Callable[[], Any],
+    f_cupy: Callable[[], Any] | None,
+) -> None:
+    """Time one case on each library and print its table row."""
+    ms_ignis = time_ignis(f_ignis)
+    ms_torch = time_torch(f_torch)
+    cupy_cell = "n/a"
+    if f_cupy is not None:
+        try:
+            cupy_cell = f"{nbytes / time_cupy(f_cupy) / 1e6:.0f}"
+        except Exception as exc:  # noqa: BLE001 - a missing CuPy feature is a table cell
+            cupy_cell = f"n/a ({type(exc).__name__})"
+    diff = max_rel_diff(f_ignis(), f_torch())
+    gbs_ignis, gbs_torch = nbytes / ms_ignis / 1e6, nbytes / ms_torch / 1e6
+    print(
+        f"| {name} | {dtype} | {'x'.join(map(str, shape))} | {gbs_ignis:.0f} | {gbs_torch:.0f} | "
+        f"{cupy_cell} | {gbs_ignis / gbs_torch:.2f}x | {diff:.1e} |",
+        flush=True,
+    )
+
+
+def run_case(torch: Any, cupy: Any, gen: Any, case: Case, dtype: str) -> None:
+    name, shape, f_ignis, f_torch, f_cupy, units = case
+    t = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=gen)
+    u = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=gen)
+    x, y = ignis.from_dlpack(t), ignis.from_dlpack(u)
+    torch.cuda.synchronize()
+    size = t.element_size()
+    nbytes = t.numel() * size * units
+    if name.startswith("where"):
+        nbytes = t.numel() * (4 * size + 2)  # x > 0 (x in, bool out), then where
+    cupy_fn = None
+    if cupy is not None and f_cupy is not None and dtype == "float32":
+        c, d = cupy.from_dlpack(t), cupy.from_dlpack(u)
+        cupy_fn = lambda: f_cupy(c, d)  # noqa: E731
+    measure(name, dtype, shape, nbytes, lambda: f_ignis(x, y), lambda: f_torch(t, u), cupy_fn)
+
+
+def bandwidth_table(torch: Any, cupy: Any) -> None:
+    gpu = ignis.Device(0)
+    print(f"# Elementwise ops on {gpu.name}\n")
+    print("| op | dtype | shape | ignis GB/s | torch GB/s | cupy GB/s | vs torch | max rel diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for case in cases():
+        for dtype in ("float32", "bfloat16"):
+            if case[0].startswith("where") and dtype == "bfloat16":
+                continue
+            run_case(torch, cupy, gen, case, dtype)
+            torch.cuda.empty_cache()
+    # the cast: bfloat16 in, float32 out
+    t = torch.randn((N,), device="cuda", dtype=torch.bfloat16, generator=gen)
+    x = ignis.from_dlpack(t)
+    measure(
+        "astype float32",
+        "bfloat16",
+        (N,),
+        N * (2 + 4),
+        lambda: x.astype("float32"),
+        lambda: t.float(),
+        None,
+    )
+
+
+def host_us(fn: Callable[[], Any], sync: Callable[[], None], calls: int = 5000) -> float:
+    """Median over rounds of host microseconds per call (queued back to back, then drained)."""
+    for _ in range(500):
+        fn()
+    sync()
+    samples = []
+    for _ in range(ROUNDS):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        t1 = time.perf_counter()
+        sync()
+        samples.append((t1 - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def overhead_table(torch: Any, cupy: Any) -> None:
+    t = torch.randn(1000, device="cuda")
+    u = torch.randn(1000, device="cuda")
+    x, y = ignis.from_dlpack(t), ignis.from_dlpack(u)
+    stream = ignis.current_stream()
+    ours = host_us(lambda: x + y, stream.synchronize)
+    theirs = host_us(lambda: t + u, torch.cuda.synchronize)
+    rows = [("ignis", ours), ("torch", theirs)]
+    if cupy is not None:
+        c, d = cupy.from_dlpack(t), cupy.from_dlpack(u)
+        rows.append(("cupy", host_us(lambda: c + d, cupy.cuda.get_current_stream().synchronize)))
+    print("\n| a + b, 1000 float32 | host us / call | vs torch |")
+    print("|---|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:.2f} | {us / theirs:.2f}x |")
+
+
+def main() -> int:
+    if not ignis.is_available():
+        print("benchmarks/elementwise.py needs a CUDA GPU", file=sys.stderr)
+        return 1
+    import torch
+
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    bandwidth_table(torch, cupy)
+    overhead_table(torch, cupy)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""Matrix products: ignis through cuBLAS, ignis's own GEMM kernels, and torch.matmul.
+
+Square products of 4096 and 8192 in three modes: float32 (true FP32), float32 with TF32
+tensor cores allowed (``ignis.set_allow_tf32`` / ``torch.backends.cuda.matmul.allow_tf32``) and
+bfloat16 (float32 accumulation). Each engine multiplies the same data; every timing is the median
+of CUDA-event-timed repeats after a warm-up (which also compiles the own kernels). Reports
+TFLOP/s (2 n^3 flops per product), the ratio to torch, the own kernels' fraction of ignis with
+cuBLAS, and the largest difference from torch's result relative to the result's largest element.
+
+Run on a GPU machine: ``python benchmarks/matmul.py [--sizes 4096,8192] [--seconds 0.6]``.
+Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from ignis._array._cuda_backend import matmul as mm
+
+import ignis
+
+MODES = [  # (label, dtype, TF32 allowed)
+    ("float32", "float32", False),
+    ("tf32", "float32", True),
+    ("bfloat16", "bfloat16", False),
+]
+
+
+def time_ms(run: Callable[[], Any], record: Callable[[], Any], elapsed: Callable[[Any, Any], float],
+            sync: Callable[[], None], budget_s: float) -> float:
+    """Median milliseconds of one call: warm-up, then repeats timed with events on the stream."""
+    for _ in range(2):
+        run()
+    sync()
+    t0 = time.perf_counter()
+    run()
+    sync()
+    estimate = max(time.perf_counter() - t0, 1e-5)
+    reps = int(min(50, max(5, budget_s / estimate)))
+    samples = []
+    for _ in range(reps):
+        start = record()
+        run()
+        end = record()
+        samples.append((start, end))
+    sync()
+    return statistics.median(elapsed(s, e) for s, e in samples)
+
+
+def bench_ignis(a: ignis.NvArray, b: ignis.NvArray, out: ignis.NvArray, cublas: bool, tf32: bool,
+                budget_s: float) -> tuple[float, np.ndarray]:
+    mm.set_cublas_enabled(cublas)
+    mm.set_allow_tf32(tf32)
+    stream = ignis.current_stream()
+
+    def record() -> ignis.Event:
+        return ignis.Event().record(stream)
+
+    ms = time_ms(lambda: ignis.matmul(a, b, out=out), record, lambda s, e: s.elapsed_time(e),
+                 stream.synchronize, budget_s)
+    return ms, out.to_host().astype(np.float32)
+
+
+def bench_torch(x: np.ndarray, y: np.ndarray, dtype: str, tf32: bool,
+                budget_s: float) -> tuple[float, np.ndarray] | str:
+    try:
+        import torch
+    except ImportError as exc:
+        return f"n/a ({exc})"
+    if not torch.cuda.is_available():
+        return "n/a (no CUDA in torch)"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    tdt = torch.float32 if dtype == "float32" else torch.bfloat16
+    ta = torch.from_numpy(x).to("cuda").to(tdt)
+    tb = torch.from_numpy(y).to("cuda").to(tdt)
+    tc = torch.empty((x.shape[0], y.shape[1]), dtype=tdt, device="cuda")
+
+    def record() -> Any:
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    ms = time_ms(lambda: torch.matmul(ta, tb, out=tc), record, lambda s, e: s.elapsed_time(e),
+                 torch.cuda.synchronize, budget_s)
+    result = tc.float().cpu().numpy()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return ms, result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="4096,8192", help="comma-separated n of n x n x n")
+    parser.add_argument("--seconds", type=float, default=0.6, help="time budget per measurement")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+
+    dev = ignis.Device(0)
+    have_cublas = mm.cublas_available()
+    saved = (mm.get_cublas_enabled(), mm.get_allow_tf32())
+    rng = np.random.default_rng(0)
+    rows = []
+    try:
+        for n in sizes:
+            x = rng.standard_normal((n, n), dtype=np.float32)
+            y = rng.standard_normal((n, n), dtype=np.float32)
+            for label, dtype, tf32 in MODES:
+                hx, hy = (x, y) if dtype == "float32" else (
+                    x.astype(ml_dtypes.bfloat16).astype(np.float32),
+                    y.astype(ml_dtypes.bfloat16).astype(np.float32))
+                a = ignis.NvArray.from_host(hx, dtype=dtype, device="cuda:0")
+                b = ignis.NvArray.from_host(hy, dtype=dtype, device="cuda:0")
+                out = ignis.empty((n, n), dtype=dtype, device="cuda:0")
+                flops = 2.0 * n ** 3
+                results: dict[str, tuple[float, np.ndarray] | str] = {}
+                if have_cublas:
+                    results["ignis + cuBLAS"] = bench_ignis(a, b, out, True, tf32, args.seconds)
+                else:
+                    results["ignis + cuBLAS"] = "n/a (cuBLAS not installed)"
+                results["ignis own kernels"] = bench_ignis(a, b, out, False, tf32, args.seconds)
+                results["torch.matmul"] = bench_torch(hx, hy, dtype, tf32, args.seconds)
+                del a, b, out
+                rows.append((n, label, flops, results))
+    finally:
+        mm.set_cublas_enabled(saved[0])
+        mm.set_allow_tf32(saved[1])
+
+    print(f"matmul on {dev.name}: n x n x n, median of CUDA-event-timed repeats")
+    print("| n | mode | engine | ms | TFLOP/s | vs torch | own / cuBLAS | max diff vs torch |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|")
+    for n, label, flops, results in rows:
+        torch_res = results["torch.matmul"]
+        blas_res = results["ignis + cuBLAS"]
+        for engine, res in results.items():
+            if isinstance(res, str):
+                print(f"| {n} | {label} | {engine} | {res} | | | | |")
+                continue
+            ms, value = res
+            tflops = flops / (ms * 1e-3) / 1e12
+            vs_torch = own = diff = ""
+            if not isinstance(torch_res, str):
+                vs_torch = f"{torch_res[0] / ms:.2f}x"
+                scale = float(np.abs(torch_res[1]).max()) or 1.0
+                diff = f"{float(np.abs(value - torch_res[1]).max()) / scale:.1e}"
+            if engine == "ignis own kernels" and not isinstance(blas_res, str):
+                own = f"{blas_res[0] / ms:.2f}"
+            print(f"| {n} | {label} | {engine} | {ms:.3f} | {tflops:.1f} | {vs_torch} | {own} "
+                  f"| {diff} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""Bandwidth of sum and softmax on large inputs: ignis beside PyTorch and CuPy, in one process.
+
+Cases: a full sum of 2**28 elements, a sum over the last axis and over the first axis of a
+16384 x 16384 matrix, softmax along the last axis of 32768 x 4096 and 4096 x 32768 matrices,
+each in float32 and bfloat16 (CuPy has no bfloat16). All libraries read the same device memory
+(shared through DLPack). Each time is the median of several rounds timed with CUDA events on the
+library's own stream, each round running the op a few times back to back after a warm-up.
+Bandwidth counts bytes read plus bytes written once (the floor for the op); ``vs torch`` is
+ignis's bandwidth over PyTorch's. The last column is the largest relative difference between
+ignis's and PyTorch's results.
+
+Run on a GPU machine: ``python benchmarks/reduction.py``. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import ignis
+
+ROUNDS = 7
+REPS = 5
+WARMUP = 2
+
+
+def median_ms(
+    run: Callable[[], Any],
+    record: Callable[[], Any],
+    elapsed: Callable[[Any, Any], float],
+    sync: Callable[[], None],
+) -> float:
+    """Median over rounds of milliseconds per call of ``run`` (device time between events)."""
+    for _ in range(WARMUP):
+        run()
+    sync()
+    samples = []
+    for _ in range(ROUNDS):
+        start = record()
+        for _ in range(REPS):
+            run()
+        end = record()
+        sync()
+        samples.append(elapsed(start, end) / REPS)
+    return statistics.median(samples)
+
+
+def time_ignis(fn: Callable[[], Any]) -> float:
+    stream = ignis.current_stream()
+    return median_ms(
+        fn, lambda: stream.record(), lambda a, b: a.elapsed_time(b), stream.synchronize
+    )
+
+
+def time_torch(fn: Callable[[], Any]) -> float:
+    import torch
+
+    def record() -> Any:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    return median_ms(fn, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
+
+
+def time_cupy(fn: Callable[[], Any]) -> float:
+    import cupy
+
+    def record() -> Any:
+        e = cupy.cuda.Event()
+        e.record()
+        return e
+
+    return median_ms(
+        fn,
+        record,
+        lambda a, b: cupy.cuda.get_elapsed_time(a, b),
+        cupy.cuda.get_current_stream().synchronize,
+    )
+
+
+def max_rel_diff(ours: Any, theirs: Any) -> float:
+    a = np.asarray(ours.to_host(), dtype=np.float64)
+    b = theirs.float().cpu().numpy().astype(np.float64)
+    scale = np.maximum(np.abs(b), np.max(np.abs(b)) * 1e-3 + 1e-30)
+    return float(np.max(np.abs(a - b) / scale))
+
+
+def cases() -> list[tuple[str, tuple[int, ...], Callable, Callable, Callable | None, int]]:
+    """(name, shape, ignis fn, torch fn, cupy fn or None, output elements)."""
+    import torch
+
+    n_full = 1 << 28
+    return [
+        ("sum (all)", (n_full,), lambda x: ignis.sum(x), lambda t: t.sum(), lambda c: c.sum(), 1),
+        (
+            "sum axis=-1",
+            (16384, 16384),
+            lambda x: ignis.sum(x, axis=-1),
+            lambda t: t.sum(dim=-1),
+            lambda c: c.sum(axis=-1),
+            16384,
+        ),
+        (
+            "sum axis=0",
+            (16384, 16384),
+            lambda x: ignis.sum(x, axis=0),
+            lambda t: t.sum(dim=0),
+            lambda c: c.sum(axis=0),
+            16384,
+        ),
+        (
+            "softmax axis=-1",
+            (32768, 4096),
+            lambda x: ignis.softmax(x, axis=-1),
+            lambda t: torch.softmax(t, dim=-1),
+            _cupy_softmax,
+            32768 * 4096,
+        ),
+        (
+            "softmax axis=-1",
+            (4096, 32768),
+            lambda x: ignis.softmax(x, axis=-1),
+            lambda t: torch.softmax(t, dim=-1),
+            _cupy_softmax,
+            4096 * 32768,
+        ),
+    ]
+
+
+def _cupy_softmax(c: Any) -> Any:
+    from cupyx.scipy.special import softmax
+
+    return softmax(c, axis=-1)
+
+
+def bench_row(case: tuple, dtype: str, gen: Any, cupy: Any) -> str:
+    """One table row: the case in ``dtype`` timed on every library."""
+    import torch
+
+    name, shape, f_ignis, f_torch, f_cupy, n_out = case
+    t = torch.randn(shape, device="cuda", dtype=getattr(torch, dtype), generator=gen)
+    x = ignis.from_dlpack(t)
+    torch.cuda.synchronize()
+    size = t.element_size()
+    nbytes = t.numel() * size + n_out * size
+    gbs_ignis = nbytes / time_ignis(lambda: f_ignis(x)) / 1e6
+    gbs_torch = nbytes / time_torch(lambda: f_torch(t)) / 1e6
+    cupy_cell = "n/a"
+    if cupy is not None and f_cupy is not None and dtype == "float32":
+        c = cupy.from_dlpack(t)
+        try:
+            cupy_cell = f"{nbytes / time_cupy(lambda: f_cupy(c)) / 1e6:.0f}"
+        except Exception as exc:  # noqa: BLE001 - a missing CuPy feature is a table cell
+            cupy_cell = f"n/a ({type(exc).__name__})"
+    diff = max_rel_diff(f_ignis(x), f_torch(t))
+    dims = "x".join(map(str, shape))
+    return (
+        f"| {name} | {dtype} | {dims} | {gbs_ignis:.0f} | {gbs_torch:.0f} | {cupy_cell} | "
+        f"{gbs_ignis / gbs_torch:.2f}x | {diff:.1e} |"
+    )
+
+
+def main() -> int:
+    if not ignis.is_available():
+        print("benchmarks/reduction.py needs a CUDA GPU", file=sys.stderr)
+        return 1
+    import torch
+
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    print(f"# Reductions on {ignis.Device(0).name}\n")
+    print("| op | dtype | shape | ignis GB/s | torch GB/s | cupy GB/s | vs torch | max rel diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for case in cases():
+        for dtype in ("float32", "bfloat16"):
+            print(bench_row(case, dtype, gen, cupy), flush=True)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,346 @@
+// elementwise.cuh - building blocks of the elementwise kernels (namespace ignis::ew):
+//   * element traits and cast<To>(from): conversions between every pair of element types that
+//     round like NumPy / ml_dtypes (one rounding, float -> integer through int64 so that
+//     out-of-range values wrap as NumPy's casts do on x86);
+//   * the op functors of the unary and binary ops, computing in the "work" type W (float for the
+//     16-bit floats, the element type otherwise) with wrap-around integer arithmetic;
+//   * Pack<T, V>: V elements moved with one 1..16-byte load or store;
+//   * StridedArgs<NARG>: shape and byte strides of up to 8 dims of NARG operands, passed to a
+//     kernel by value, and offsets<>() turning a linear index into per-operand byte offsets
+//     (32-bit magic-number division below 2**31 elements, 64-bit division above).
+// Self-contained apart from ignis_types.cuh: NVRTC here has no CUDA or C++ standard headers.
+#pragma once
+
+#include "ignis_types.cuh"
+
+#if defined(__CUDACC__)
+
+namespace ignis {
+namespace ew {
+
+// --- traits ------------------------------------------------------------------------------------
+
+template <class A, class B> struct same_type { static constexpr bool value = false; };
+template <class A> struct same_type<A, A> { static constexpr bool value = true; };
+
+enum Kind { kBool = 0, kSigned = 1, kUnsigned = 2, kFloat = 3, kHalf = 4 };
+
+// kind, and for integers the unsigned type of the same width (wrap-around arithmetic).
+template <class T> struct info;
+template <> struct info<bool> { static constexpr int kind = kBool; typedef uint8 utype; };
+template <> struct info<int8> { static constexpr int kind = kSigned; typedef uint8 utype; };
+template <> struct info<int16> { static constexpr int kind = kSigned; typedef uint16 utype; };
+template <> struct info<int32> { static constexpr int kind = kSigned; typedef uint32 utype; };
+template <> struct info<int64> { static constexpr int kind = kSigned; typedef uint64 utype; };
+template <> struct info<uint8> { static constexpr int kind = kUnsigned; typedef uint8 utype; };
+template <> struct info<uint16> { static constexpr int kind = kUnsigned; typedef uint16 utype; };
+template <> struct info<uint32> { static constexpr int kind = kUnsigned; typedef uint32 utype; };
+template <> struct info<uint64> { static constexpr int kind = kUnsigned; typedef uint64 utype; };
+template <> struct info<float> { static constexpr int kind = kFloat; typedef uint32 utype; };
+template <> struct info<double> { static constexpr int kind = kFloat; typedef uint64 utype; };
+template <> struct info<float16> { static constexpr int kind = kHalf; typedef uint16 utype; };
+template <> struct info<bfloat16> { static constexpr int kind = kHalf; typedef uint16 utype; };
+
+template <class T> constexpr bool is_float_v = info<T>::kind == kFloat;
+template <class T> constexpr bool is_signed_v = info<T>::kind == kSigned;
+template <class T> constexpr bool is_integer_v = info<T>::kind == kSigned || info<T>::kind == kUnsigned;
+
+// --- conversions -------------------------------------------------------------------------------
+
+// double -> float rounded to odd: exact when representable, else the truncated value with its
+// last bit set. Rounding that float to a type of at most 22 significant bits gives the same
+// result as rounding the double directly (the odd bit keeps "above halfway" visible).
+IGNIS_DEV float f64_to_f32_round_odd(double d) {
+  float f;
+  asm("cvt.rz.f32.f64 %0, %1;" : "=f"(f) : "d"(d));
+  if ((double)f != d) f = __uint_as_float(__float_as_uint(f) | 1u);  // NaN stays NaN
+  return f;
+}
+
+template <class To, class From> struct Cast {
+  static IGNIS_DEV To apply(From v) {
+    constexpr int tk = info<To>::kind;
+    constexpr int fk = info<From>::kind;
+    if constexpr (same_type<To, From>::value) {
+      return v;
+    } else if constexpr (fk == kHalf) {
+      return Cast<To, float>::apply(to_float(v));  // exact widening first
+    } else if constexpr (tk == kBool) {
+      return v != From(0);  // NaN is true, as in NumPy
+    } else if constexpr (fk == kBool) {
+      return Cast<To, int32>::apply(v ? 1 : 0);
+    } else if constexpr (same_type<To, float16>::value) {
+      // NumPy rounds double -> half once; integers reach half exactly through float (an int
+      // above 2**24 overflows half anyway).
+      if constexpr (same_type<From, double>::value) return float_to_half(f64_to_f32_round_odd(v));
+      else return float_to_half((float)v);
+    } else if constexpr (same_type<To, bfloat16>::value) {
+      return float_to_bf16((float)v);  // ml_dtypes converts double and integers through float
+    } else if constexpr (tk != kFloat && fk == kFloat) {
+      return (To)(int64)v;  // truncate, then wrap into narrow types like NumPy on x86
+    } else {
+      return (To)v;
+    }
+  }
+};
+
+template <class To, class From> IGNIS_DEV To cast(From v) { return Cast<To, From>::apply(v); }
+
+// --- math on the work types (float or double) ----------------------------------------------------
+
+IGNIS_DEV float m_exp(float x) { return expf(x); }
+IGNIS_DEV double m_exp(double x) { return exp(x); }
+IGNIS_DEV float m_log(float x) { return logf(x); }
+IGNIS_DEV double m_log(double x) { return log(x); }
+IGNIS_DEV float m_sqrt(float x) { return sqrtf(x); }
+IGNIS_DEV double m_sqrt(double x) { return sqrt(x); }
+IGNIS_DEV float m_sin(float x) { return sinf(x); }
+IGNIS_DEV double m_sin(double x) { return sin(x); }
+IGNIS_DEV float m_cos(float x) { return cosf(x); }
+IGNIS_DEV double m_cos(double x) { return cos(x); }
+IGNIS_DEV float m_tanh(float x) { return tanhf(x); }
+IGNIS_DEV double m_tanh(double x) { return tanh(x); }
+IGNIS_DEV float m_erf(float x) { return erff(x); }
+IGNIS_DEV double m_erf(double x) { return erf(x); }
+IGNIS_DEV float m_erfc(float x) { return erfcf(x); }
+IGNIS_DEV double m_erfc(double x) { return erfc(x); }
+IGNIS_DEV float m_abs(float x) { return fabsf(x); }
+IGNIS_DEV double m_abs(double x) { return fabs(x); }
+IGNIS_DEV float m_pow(float x, float y) { return powf(x, y); }
+IGNIS_DEV double m_pow(double x, double y) { return pow(x, y); }
+
+// Integer results wrap around: compute in the unsigned type of the same width.
+template <class W> IGNIS_DEV W wrap(typename info<W>::utype v) { return (W)v; }
+template <class W> IGNIS_DEV typename info<W>::utype uns(W v) { return (typename info<W>::utype)v; }
+
+// a ** b for integers; a negative exponent gives the truncated 1 / a**|b| (see _semantics).
+template <class W> IGNIS_DEV W int_pow(W a, W b) {
+  typedef typename info<W>::utype U;
+  if constexpr (is_signed_v<W>) {
+    if (b < 0) return a == W(1) ? W(1) : (a == W(-1) ? ((b & 1) ? W(-1) : W(1)) : W(0));
+  }
+  U base = (U)a;
+  U result = 1;
+  uint64 e = (uint64)b;
+  while (e) {
+    if (e & 1u) result = (U)(result * base);
+    base = (U)(base * base);
+    e >>= 1;
+  }
+  return (W)result;
+}
+
+// --- binary op functors: static apply(W, W) -> W (bool for comparisons) -------------------------
+
+struct op_add {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (info<W>::kind == kBool) return a || b;
+    else if constexpr (is_integer_v<W>) return wrap<W>(uns(a) + uns(b));
+    else return a + b;
+  }
+};
+struct op_subtract {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_integer_v<W>) return wrap<W>(uns(a) - uns(b));
+    else return a - b;
+  }
+};
+struct op_multiply {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (info<W>::kind == kBool) return a && b;
+    else if constexpr (is_integer_v<W>) return wrap<W>(uns(a) * uns(b));
+    else return a * b;
+  }
+};
+struct op_divide {  // floating work types only (integer division gives float64 in _semantics)
+  template <class W> static IGNIS_DEV W apply(W a, W b) { return a / b; }
+};
+struct op_power {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_float_v<W>) return m_pow(a, b);
+    else return int_pow<W>(a, b);
+  }
+};
+// NumPy's maximum/minimum: a NaN in either operand is the result.
+struct op_maximum {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_float_v<W>) return (a >= b || a != a) ? a : b;
+    else return a >= b ? a : b;
+  }
+};
+struct op_minimum {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_float_v<W>) return (a <= b || a != a) ? a : b;
+    else return a <= b ? a : b;
+  }
+};
+struct op_equal {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a == b; }
+};
+struct op_not_equal {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a != b; }
+};
+struct op_less {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a < b; }
+};
+struct op_less_equal {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a <= b; }
+};
+struct op_greater {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a > b; }
+};
+struct op_greater_equal {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return a >= b; }
+};
+
+// --- unary op functors: static apply(W) -> W ---------------------------------------------------
+
+struct op_neg {
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (is_integer_v<W>) return wrap<W>((typename info<W>::utype)0 - uns(x));
+    else return -x;
+  }
+};
+struct op_abs {
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (is_float_v<W>) return m_abs(x);
+    else if constexpr (is_signed_v<W>) return x < W(0) ? op_neg::apply(x) : x;
+    else return x;  // bool, unsigned
+  }
+};
+struct op_relu {  // NumPy's maximum(x, 0): NaN stays NaN
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (is_float_v<W>) return (x >= W(0) || x != x) ? x : W(0);
+    else if constexpr (is_signed_v<W>) return x > W(0) ? x : W(0);
+    else return x;
+  }
+};
+struct op_exp {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_exp(x); }
+};
+struct op_log {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_log(x); }
+};
+struct op_sqrt {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_sqrt(x); }
+};
+struct op_rsqrt {  // correctly rounded sqrt, then a division: what 1 / sqrt(x) gives on the host
+  template <class W> static IGNIS_DEV W apply(W x) { return W(1) / m_sqrt(x); }
+};
+struct op_sin {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_sin(x); }
+};
+struct op_cos {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_cos(x); }
+};
+struct op_tanh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_tanh(x); }
+};
+struct op_erf {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_erf(x); }
+};
+struct op_sigmoid {  // exp of a non-positive argument only: no overflow for large |x|
+  template <class W> static IGNIS_DEV W apply(W x) {
+    W e = m_exp(-m_abs(x));
+    return x >= W(0) ? W(1) / (W(1) + e) : e / (W(1) + e);
+  }
+};
+struct op_silu {
+  template <class W> static IGNIS_DEV W apply(W x) { return x * op_sigmoid::apply(x); }
+};
+struct op_gelu_tanh {  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  template <class W> static IGNIS_DEV W apply(W x) {
+    const W c = W(0.7978845608028654);
+    W inner = c * (x + W(0.044715) * x * x * x);
+    return W(0.5) * x * (W(1) + m_tanh(inner));
+  }
+};
+struct op_gelu_erf {  // x Phi(x); Phi through erfc keeps its relative accuracy for x << 0
+  template <class W> static IGNIS_DEV W apply(W x) {
+    return x * (W(0.5) * m_erfc(-x * W(0.7071067811865476)));
+  }
+};
+
+// --- vector access -------------------------------------------------------------------------------
+
+template <int BYTES> struct raw_bits;
+template <> struct raw_bits<1> { typedef uint8 type; };
+template <> struct raw_bits<2> { typedef uint16 type; };
+template <> struct raw_bits<4> { typedef uint32 type; };
+template <> struct raw_bits<8> { typedef uint2 type; };
+template <> struct raw_bits<16> { typedef uint4 type; };
+
+// V elements of T as one naturally aligned load/store (ld.global.v4.u32 for 16 bytes).
+template <class T, int V> union Pack {
+  typename raw_bits<sizeof(T) * V>::type raw;
+  T v[V];
+};
+
+template <class T, int V> IGNIS_DEV Pack<T, V> load_pack(const T* p, int64 vec_index) {
+  Pack<T, V> pk;
+  pk.raw = reinterpret_cast<const typename raw_bits<sizeof(T) * V>::type*>(p)[vec_index];
+  return pk;
+}
+
+template <class T, int V> IGNIS_DEV void store_pack(T* p, int64 vec_index, const Pack<T, V>& pk) {
+  reinterpret_cast<typename raw_bits<sizeof(T) * V>::type*>(p)[vec_index] = pk.raw;
+}
+
+// --- strided operands ------------------------------------------------------------------------------
+
+constexpr int max_dims = 8;
+
+// Passed by value. Dimension 0 is the innermost (fastest varying); strides are in bytes and may
+// be zero (broadcast) or negative. magic/shift divide by sizes[d] for linear indices < 2**31.
+template <int NARG> struct StridedArgs {
+  int64 sizes[max_dims];
+  int64 strides[NARG][max_dims];
+  uint32 magic[max_dims];
+  uint32 shift[max_dims];
+  int32 ndim;
+  int32 reserved;
+};
+static_assert(sizeof(StridedArgs<1>) == 200, "StridedArgs layout must match _strided.py");
+static_assert(sizeof(StridedArgs<4>) == 392, "StridedArgs layout must match _strided.py");
+
+// Byte offsets of the element with row-major linear index `linear` in each operand.
+template <int NARG, bool WIDE>
+IGNIS_DEV void offsets(const StridedArgs<NARG>& s, int64 linear, int64 (&off)[NARG]) {
+#pragma unroll
+  for (int a = 0; a < NARG; ++a) off[a] = 0;
+  if constexpr (WIDE) {
+    int64 rest = linear;
+#pragma unroll
+    for (int d = 0; d < max_dims; ++d) {
+      if (d == s.ndim) break;
+      int64 q = rest / s.sizes[d];
+      int64 r = rest - q * s.sizes[d];
+#pragma unroll
+      for (int a = 0; a < NARG; ++a) off[a] += r * s.strides[a][d];
+      rest = q;
+    }
+  } else {
+    uint32 rest = (uint32)linear;
+#pragma unroll
+    for (int d = 0; d < max_dims; ++d) {
+      if (d == s.ndim) break;
+      uint32 q = (__umulhi(rest, s.magic[d]) + rest) >> s.shift[d];
+      int64 r = (int64)(rest - q * (uint32)s.sizes[d]);
+#pragma unroll
+      for (int a = 0; a < NARG; ++a) off[a] += r * s.strides[a][d];
+      rest = q;
+    }
+  }
+}
+
+template <class T> IGNIS_DEV const T& at(const char* base, int64 offset) {
+  return *reinterpret_cast<const T*>(base + offset);
+}
+template <class T> IGNIS_DEV T& at(char* base, int64 offset) {
+  return *reinterpret_cast<T*>(base + offset);
+}
+
+}  // namespace ew
+}  // namespace ignis
+
+#endif  // __CUDACC__

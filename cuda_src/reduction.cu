@@ -1,0 +1,154 @@
+// reduction.cu - sum, mean, max, min, var and argmax/argmin over any set of axes.
+//
+// The host side (the cuda backend's reduction module) reduces every problem to one of two shapes
+// by collapsing dimensions:
+//   rows: out[row] = reduce(x[start(row) + r * rs] for r < n), start(row) from an OuterLayout;
+//         reduce_group (a group of 1..32 lanes per row, for short rows and for many medium
+//         rows) or reduce_block (a block per row, optionally split over `splits` blocks per
+//         row); both read contiguous rows in 16-byte packs;
+//   cols: out[o * inner + i] = reduce(x[start(o) + r * rs + i] for r < n), the reduced axis outside
+//         a contiguous inner axis; reduce_cols (each thread column i, coalesced over i).
+// Split reductions write one partial result per (output, split) and a second reduce_group launch
+// over those partials (PartialOp) finishes them. Every order of combination is fixed by the
+// shape and the launch configuration, which depend only on the shape: results are bitwise
+// reproducible and no atomics are used.
+#include "reduce.cuh"
+
+namespace ignis {
+
+IGNIS_DEV int64 min64(int64 a, int64 b) { return a < b ? a : b; }
+
+// Rows of n elements at element stride rs; `group` lanes (a power of two <= 32) per row.
+// blockDim.x is a multiple of 32. With VEC > 1 the rows are contiguous (rs == 1) and read in
+// 16-byte packs (group >= VEC).
+template <class T, class O, class Op, int VEC>
+__global__ void __launch_bounds__(256)
+    reduce_group(const T* __restrict__ x, O* __restrict__ out, const typename Op::acc_t* __restrict__ center,
+                 OuterLayout outer, int64 rows, int64 n, int64 rs, int group, double div) {
+  typedef typename Op::acc_t A;
+  const int lane = threadIdx.x & (group - 1);
+  const int rows_per_warp = warp_size / group;
+  const int64 warp = global_index() / warp_size;
+  const int64 warps = grid_stride() / warp_size;
+  const int64 sub = (threadIdx.x & (warp_size - 1)) / group;
+  // The loop bound is uniform over a warp: every lane reaches the shuffles in group_reduce.
+  for (int64 first = warp * rows_per_warp; first < rows; first += warps * rows_per_warp) {
+    const int64 row = first + sub;
+    A acc = Op::identity();
+    if (row < rows) {
+      const T* p = x + offset_of(outer, row);
+      const A c = center ? center[row] : Op::identity();
+      if constexpr (VEC > 1) {
+        for_span<T, VEC, 2>(p, 0, n, lane, group, [&](int64 r, T v) { acc = Op::combine(acc, Op::load(v, c, r)); });
+      } else {
+#pragma unroll 4
+        for (int64 r = lane; r < n; r += group) acc = Op::combine(acc, Op::load(p[r * rs], c, r));
+      }
+    }
+    acc = group_reduce<Op>(acc, group);
+    if (row < rows && lane == 0) out[row] = Op::template finish<O>(acc, div);
+  }
+}
+
+// Contiguous rows of n elements; each (row, split) is one block's work: elements
+// [split * chunk, min(n, (split + 1) * chunk)). With splits == 1 the block writes the finished
+// result, otherwise the partial result partials[row * splits + split].
+template <class T, class O, class Op, int VEC>
+__global__ void __launch_bounds__(512)
+    reduce_block(const T* __restrict__ x, O* __restrict__ out, typename Op::acc_t* __restrict__ partials,
+                 const typename Op::acc_t* __restrict__ center, OuterLayout outer, int64 rows, int64 n,
+                 int64 splits, int64 chunk, double div) {
+  typedef typename Op::acc_t A;
+  // 16-byte packs in flight per thread: 4 packs of 2 or 4 elements, fewer of more (the unrolled
+  // body stays small; 8 or 16 elements per pack already give the loads plenty of work).
+  constexpr int unroll = VEC >= 16 ? 1 : (VEC >= 8 ? 2 : 4);
+  IGNIS_SHARED_ARRAY(A, scratch, warp_size);
+  const int64 units = rows * splits;
+  for (int64 unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int64 row = unit / splits;
+    const int64 split = unit - row * splits;
+    const int64 begin = split * chunk;
+    const int64 end = min64(n, begin + chunk);
+    const T* p = x + offset_of(outer, row);
+    const A c = center ? center[row] : Op::identity();
+    A acc = Op::identity();
+    for_span<T, VEC, unroll>(p, begin, end, threadIdx.x, blockDim.x,
+                             [&](int64 r, T v) { acc = Op::combine(acc, Op::load(v, c, r)); });
+    acc = block_reduce<Op>(acc, scratch);
+    if (threadIdx.x == 0) {
+      if (splits == 1) {
+        out[row] = Op::template finish<O>(acc, div);
+      } else {
+        partials[unit] = acc;
+      }
+    }
+  }
+}
+
+// The reduced axis (n elements, element stride rs) lies outside a contiguous inner axis of
+// `inner` elements. A block of (bx, by) threads (bx * by <= 256, by a power of two) owns
+// bx * VEC consecutive columns of one outer row and one split of the reduced axis: thread
+// (tx, ty) reads rows ty, ty + by, ... of columns tx * VEC .. tx * VEC + VEC - 1 (one 16-byte
+// pack per row when VEC > 1), so each warp's loads are contiguous. The by partial results of
+// a column are combined in shared memory in a fixed tree. With VEC > 1: inner, rs and every
+// row start are multiples of VEC and x is 16-byte aligned.
+template <class T, class O, class Op, int VEC>
+__global__ void __launch_bounds__(256)
+    reduce_cols(const T* __restrict__ x, O* __restrict__ out, typename Op::acc_t* __restrict__ partials,
+                const typename Op::acc_t* __restrict__ center, OuterLayout outer, int64 outer_rows,
+                int64 inner, int64 n, int64 rs, int64 splits, int64 chunk, double div) {
+  typedef typename Op::acc_t A;
+  IGNIS_SHARED_ARRAY(A, tile, 256);
+  const int bx = blockDim.x, by = blockDim.y;
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64 tiles = ceil_div(inner, (int64)bx * VEC);
+  const int64 units = outer_rows * tiles * splits;
+  for (int64 unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int64 split = unit % splits;
+    const int64 rest = unit / splits;
+    const int64 o = rest / tiles;
+    const int64 i = ((rest - o * tiles) * bx + tx) * VEC;  // first column of this thread
+    const int64 begin = split * chunk;
+    const int64 end = min64(n, begin + chunk);
+    const int64 out_index = o * inner + i;
+    A acc[VEC];
+    A c[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      acc[e] = Op::identity();
+      c[e] = Op::identity();
+    }
+    if (i < inner) {
+      const T* p = x + offset_of(outer, o) + i;
+      if (center) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) c[e] = center[out_index + e];
+      }
+#pragma unroll 4
+      for (int64 r = begin + ty; r < end; r += by) {
+        const Pack<T, VEC> pk = load_pack<T, VEC>(p + r * rs);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = Op::combine(acc[e], Op::load(pk.e[e], c[e], r));
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      tile[ty * bx + tx] = acc[e];
+      __syncthreads();
+      for (int half = by >> 1; half > 0; half >>= 1) {
+        if (ty < half) tile[ty * bx + tx] = Op::combine(tile[ty * bx + tx], tile[(ty + half) * bx + tx]);
+        __syncthreads();
+      }
+      if (ty == 0 && i < inner) {
+        if (splits == 1) {
+          out[out_index + e] = Op::template finish<O>(tile[tx], div);
+        } else {
+          partials[(out_index + e) * splits + split] = tile[tx];
+        }
+      }
+      __syncthreads();  // the tile is rewritten next
+    }
+  }
+}
+
+}  // namespace ignis

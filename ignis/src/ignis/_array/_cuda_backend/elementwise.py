@@ -1,0 +1,663 @@
+"""Elementwise hooks of the CUDA backend: unary, binary, where, copy (cast), fill, arange, random.
+
+Every hook launches one kernel of ``cuda_src/elementwise.cu`` (``random.cu`` for random) on the
+backend's current stream (or calls the driver's memcpy/memset), choosing between two layouts:
+
+* **contiguous** — every array operand is dense with the output's shape; scalars are passed by
+  value. ``*_contig<..., V>`` moves ``V`` elements per access: ``V = 16 //`` the widest element
+  size when every pointer is aligned to its ``V * itemsize`` bytes (one 16-byte load or store
+  for the widest operand), else 1.
+* **strided** — anything else (views, broadcasting, negative strides). Dimensions are put in the
+  output's memory order and merged where every operand allows (:mod:`._strided`);
+  ``*_strided<..., WIDE>`` gets shape and byte strides by value and divides 32-bit indices by
+  magic numbers (``WIDE``: 64-bit division, for 2**31 elements or more). Layouts of more than 8
+  dims after merging are split over several launches.
+
+Instantiation scheme: one template instance per (op, work type ``W``, output type, operand types,
+scalar form, ``V`` or ``WIDE``), compiled lazily on first use (NVRTC, then the disk cache) and
+kept in a dict keyed by plain Python objects (op and dtype names, ints), so a repeated call
+costs one dict lookup before the launch. ``W`` is ``float`` for float16/bfloat16 compute and the
+compute dtype's type otherwise; operands of another dtype are converted to ``W`` while loading,
+and results are rounded once into the output dtype, exactly as the CPU backend computes.
+
+Same-dtype contiguous copies and contiguous fills (of 1-, 2- and 4-byte patterns) are driver
+memcpy/memset calls and need no kernel. A copy that transposes (the destination dense along one
+dimension, the source along another, as in ``x.T.contiguous()``) goes through 32 x 32 tiles in
+shared memory (``copy_transpose``) so that reads and writes are both coalesced.
+
+Example (what ``x + y`` does for two float32 arrays of 1000 elements)::
+
+    binary(backend, "add", out, x, y, ignis.float32)
+    # -> ignis::ew::binary_contig<ignis::ew::op_add, float, float, float, float, 0, 4>
+    #    launched with grid 1, block 256, args [out, x, y, 0.0, 0.0, 1000]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ... import _dtypes as dt
+from ..._bindings import cu
+from ..._device import activate
+from ..._errors import DTypeError, ShapeError
+from .._semantics import BINARY_OPS, GELU_APPROXIMATIONS, UNARY_OPS
+from . import _strided
+from ._kernels import library_kernel
+
+if TYPE_CHECKING:
+    from ..._kernel import Kernel
+    from ..array import NvArray
+
+__all__ = [
+    "unary",
+    "binary",
+    "where",
+    "copy",
+    "fill",
+    "arange",
+    "random",
+    "kernel_name",
+    "SOURCE",
+    "RANDOM_SOURCE",
+]
+
+SOURCE = "elementwise.cu"
+RANDOM_SOURCE = "random.cu"
+
+BLOCK = 256  # threads per block
+CONTIG_UNROLL = 2  # ignis::ew::contig_unroll: vectors in flight per thread
+STRIDED_UNROLL = 4  # ignis::ew::strided_unroll: elements in flight per thread
+BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 threads
+TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
+TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
+
+_CTYPE = {
+    dt.bool_: "bool",
+    dt.int8: "ignis::int8",
+    dt.uint8: "ignis::uint8",
+    dt.int32: "ignis::int32",
+    dt.int64: "ignis::int64",
+    dt.float16: "ignis::float16",
+    dt.bfloat16: "ignis::bfloat16",
+    dt.float32: "float",
+    dt.float64: "double",
+}
+# The C++ type an op computes in for each compute dtype, the Python type its scalars are passed
+# as (the argument packer converts them exactly, e.g. a float to float32 like NumPy's float32()),
+# and the value passed for an unused scalar parameter.
+_WORK = dict(_CTYPE)
+_WORK[dt.float16] = _WORK[dt.bfloat16] = "float"
+_PYTYPE = {d: (bool if d.kind == "b" else float if d.kind == "f" else int) for d in dt.all_dtypes}
+_ZERO = {d: t(0) for d, t in _PYTYPE.items()}
+# The same tables keyed by dtype name: DType.__hash__ is a Python method, a str hashes for free.
+# Kernel cache keys hold names for the same reason.
+_PYTYPE_N = {d.name: t for d, t in _PYTYPE.items()}
+_ZERO_N = {d.name: z for d, z in _ZERO.items()}
+_UINT = {1: "ignis::uint8", 2: "ignis::uint16", 4: "ignis::uint32", 8: "ignis::uint64"}
+_UINT_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+_UNARY_FUNCTOR = {op: f"ignis::ew::op_{op}" for op in UNARY_OPS if op != "gelu"}
+_GELU_FUNCTOR = {"none": "ignis::ew::op_gelu_erf", "tanh": "ignis::ew::op_gelu_tanh"}
+_BINARY_FUNCTOR = {op: f"ignis::ew::op_{op}" for op in BINARY_OPS}
+assert set(_GELU_FUNCTOR) == set(GELU_APPROXIMATIONS)
+
+_SCALARS = frozenset((bool, int, float))
+_PACKERS = {n: _strided.StridedPacker(n) for n in (1, 2, 3, 4)}
+_CACHE_LIMIT = 1024  # entries of each layout cache before it starts over
+
+_kernels: dict[tuple[Any, ...], Kernel] = {}
+_grid_caps: dict[int, int] = {}
+_layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_contiguous_strides: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+_fill_bits: dict[tuple[Any, ...], int] = {}
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def kernel_name(family: str, *args: Any) -> str:
+    """The C++ name expression of one kernel instance (pure: usable without a GPU).
+
+    ``family`` is ``unary_contig``, ``binary_strided``, ``copy_contig``, ``uniform``, ... and
+    ``args`` its template arguments (strings, ints, bools), e.g.
+    ``kernel_name("binary_contig", "ignis::ew::op_add", "float", "float", "float", "float", 0, 4)``.
+    """
+    ns = "ignis::rng::" if family in ("uniform", "normal", "integers") else "ignis::ew::"
+    parts = [("true" if a else "false") if isinstance(a, bool) else str(a) for a in args]
+    return f"{ns}{family}<{', '.join(parts)}>"
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _kernel(
+    backend: Any, key: tuple[Any, ...], source: str, family: str, args: tuple[Any, ...]
+) -> Kernel:
+    """The kernel for ``key`` (which includes the device ordinal), compiled on first use."""
+    kernel = _kernels.get(key)
+    if kernel is None:
+        kernel = library_kernel(source, kernel_name(family, *args), backend.gpu)
+        _kernels[key] = kernel
+    return kernel
+
+
+def _grid(backend: Any, items: int, per_block: int) -> int:
+    """Blocks for ``items`` work items, ``per_block`` per block: at least 1, at most a few waves."""
+    ordinal = backend.gpu.ordinal
+    cap = _grid_caps.get(ordinal)
+    if cap is None:
+        cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
+    blocks = (items + per_block - 1) // per_block
+    return 1 if blocks < 1 else (blocks if blocks < cap else cap)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _ptr(arr: NvArray) -> int:
+    return arr._storage.ptr + arr._offset
+
+
+def _dense(arr: NvArray) -> bool:
+    """Dense row-major layout (the common cases in one comparison)."""
+    shape, strides, size = arr._shape, arr._strides, arr._dtype.itemsize
+    if len(shape) == 1:
+        return strides[0] == size or shape[0] == 1
+    key = (shape, size)
+    expected = _contiguous_strides.get(key)
+    if expected is None:
+        if len(_contiguous_strides) >= _CACHE_LIMIT:
+            _contiguous_strides.clear()
+        expected = _contiguous_strides[key] = _strided.contiguous_strides(shape, size)
+    return strides == expected or _strided.is_contiguous(shape, strides, size)
+
+
+def _plan(arrays: list[NvArray]) -> int:
+    """0 when some array is not dense (strided path); else the contiguous kernels' elements per
+    access: 16 bytes of the widest element type when every pointer is aligned to its share of
+    that, else 1."""
+    widest = 1
+    for x in arrays:
+        shape = x._shape
+        size = x._dtype.itemsize
+        if len(shape) == 1:  # the common case, inline
+            if x._strides[0] != size and shape[0] != 1:
+                return 0
+        elif not _dense(x):
+            return 0
+        if size > widest:
+            widest = size
+    v = 16 // widest
+    for x in arrays:
+        if (x._storage.ptr + x._offset) % (v * x._dtype.itemsize):
+            return 1
+    return v
+
+
+def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tuple[Any, ...]:
+    """``(pieces, n, wide)`` for a strided launch: ``pieces`` lists ``(byte offsets per operand,
+    packed StridedArgs)``, one launch each (one piece unless more than 8 dims remain after
+    merging); ``n`` is the element count of each piece."""
+    key = (shape, *strides_list)
+    hit = _layouts.get(key)
+    if hit is not None:
+        return hit
+    s_shape, s_strides = _strided.sort_by_first(shape, strides_list)
+    c_shape, c_strides = _strided.collapse(s_shape, s_strides)
+    packer = _PACKERS[len(strides_list)]
+    pieces = []
+    inner_n = 1
+    for offsets, sub_shape, sub_strides in _strided.split_outer(c_shape, c_strides):
+        pieces.append((offsets, packer.pack(sub_shape, sub_strides)))
+        inner_n = _numel(sub_shape)
+    result = (tuple(pieces), inner_n, inner_n >= _strided.WIDE_INDEX)
+    if len(_layouts) >= _CACHE_LIMIT:
+        _layouts.clear()
+    _layouts[key] = result
+    return result
+
+
+def _launch_strided(
+    backend: Any, kernel: Kernel, ptrs: list[int], values: list[Any], layout: tuple[Any, ...]
+) -> None:
+    """Launch ``kernel(ptrs..., values..., n, StridedArgs)`` once per piece of ``layout``.
+
+    ``ptrs`` are the operands' first-element addresses (0 for scalar operands, whose strides are
+    zero here so their offsets stay 0)."""
+    pieces, n, _wide = layout
+    grid = _grid(backend, n, BLOCK * STRIDED_UNROLL)
+    stream = backend.stream
+    for offsets, packed in pieces:
+        args: list[Any] = [p + o if p else 0 for p, o in zip(ptrs, offsets, strict=True)]
+        args.extend(values)
+        args.append(n)
+        args.append(packed)
+        kernel.launch(grid, BLOCK, args, stream=stream)
+
+
+# --- unary ---------------------------------------------------------------------------------------
+
+
+def unary(
+    backend: Any, op: str, out: NvArray, x: NvArray, compute: dt.DType, params: dict[str, Any]
+) -> None:
+    """``out = op(x)`` for an op of ``_semantics.UNARY_OPS`` (see :meth:`Backend.unary`)."""
+    if op == "gelu":
+        approx = params.get("approximate", "none")
+        functor = _GELU_FUNCTOR.get(approx)
+        if functor is None:
+            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approx!r}")
+    else:
+        functor = _UNARY_FUNCTOR.get(op)
+        if functor is None:
+            raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
+    shape = out._shape
+    n = _numel(shape)
+    if n == 0:
+        return
+    od, xd = out._dtype, x._dtype
+    ordinal = backend.gpu.ordinal
+    v = _plan([out, x])
+    if v:
+        key = ("unary", functor, compute.name, od.name, xd.name, v, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend,
+            key,
+            SOURCE,
+            "unary_contig",
+            (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], v),
+        )
+        kernel.launch(
+            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            BLOCK,
+            [_ptr(out), _ptr(x), n],
+            stream=backend.stream,
+        )
+        return
+    layout = _layout(shape, [out._strides, x._strides])
+    wide = layout[2]
+    key = ("unary_s", functor, compute.name, od.name, xd.name, wide, ordinal)
+    kernel = _kernels.get(key) or _kernel(
+        backend,
+        key,
+        SOURCE,
+        "unary_strided",
+        (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], wide),
+    )
+    _launch_strided(backend, kernel, [_ptr(out), _ptr(x)], [], layout)
+
+
+# --- binary --------------------------------------------------------------------------------------
+
+
+def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DType) -> None:
+    """``out = op(a, b)`` for an op of ``_semantics.BINARY_OPS``; ``a`` or ``b`` may be a Python
+    scalar (see :meth:`Backend.binary`)."""
+    functor = _BINARY_FUNCTOR.get(op)
+    if functor is None:
+        raise ValueError(f"binary: unknown op {op!r}; expected one of {list(BINARY_OPS)}")
+    shape = out._shape
+    n = _numel(shape)
+    if n == 0:
+        return
+    a_value = a.__class__ in _SCALARS
+    b_value = b.__class__ in _SCALARS
+    cname = compute.name
+    zero = _ZERO_N[cname]
+    if a_value:
+        if b_value:
+            raise TypeError(f"{op}: at least one operand must be an array, got two scalars")
+        form, arrays, ta, tb = 1, [out, b], None, b._dtype
+        sa, sb, pa, pb = _PYTYPE_N[cname](a), zero, 0, _ptr(b)
+    elif b_value:
+        form, arrays, ta, tb = 2, [out, a], a._dtype, None
+        sa, sb, pa, pb = zero, _PYTYPE_N[cname](b), _ptr(a), 0
+    else:
+        form, arrays, ta, tb = 0, [out, a, b], a._dtype, b._dtype
+        sa, sb, pa, pb = zero, zero, _ptr(a), _ptr(b)
+    od = out._dtype
+    ordinal = backend.gpu.ordinal
+    v = _plan(arrays)
+    if v:
+        key = ("binary", op, cname, od.name, ta and ta.name, tb and tb.name, form, v, ordinal)
+        kernel = _kernels.get(key)
+        if kernel is None:
+            w = _WORK[compute]
+            kernel = _kernel(
+                backend,
+                key,
+                SOURCE,
+                "binary_contig",
+                (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, v),
+            )
+        kernel.launch(
+            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            BLOCK,
+            [out._storage.ptr + out._offset, pa, pb, sa, sb, n],
+            stream=backend.stream,
+        )
+        return
+    zeros = (0,) * len(shape)
+    layout = _layout(
+        shape, [out._strides, zeros if a_value else a._strides, zeros if b_value else b._strides]
+    )
+    wide = layout[2]
+    key = ("binary_s", op, cname, od.name, ta and ta.name, tb and tb.name, form, wide, ordinal)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        w = _WORK[compute]
+        kernel = _kernel(
+            backend,
+            key,
+            SOURCE,
+            "binary_strided",
+            (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, wide),
+        )
+    _launch_strided(backend, kernel, [_ptr(out), pa, pb], [sa, sb], layout)
+
+
+# --- where ---------------------------------------------------------------------------------------
+
+
+def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DType) -> None:
+    """``out = cond ? a : b`` where ``cond`` is any dtype, nonzero (or NaN) meaning true; any of
+    the three may be a Python scalar (see :meth:`Backend.where`)."""
+    shape = out._shape
+    n = _numel(shape)
+    if n == 0:
+        return
+    cname = compute.name
+    work = _WORK[compute]
+    pytype = _PYTYPE_N[cname]
+    zero = _ZERO_N[cname]
+    operands = ((cond, bool, False), (a, pytype, zero), (b, pytype, zero))
+    forms = 0
+    arrays = [out]
+    ptrs = [_ptr(out)]
+    values: list[Any] = []
+    types: list[str] = []
+    key_types: list[Any] = []
+    for bit, (x, convert, unused) in enumerate(operands):
+        if x.__class__ in _SCALARS:
+            forms |= 1 << bit
+            ptrs.append(0)
+            values.append(convert(x))
+            types.append("bool" if bit == 0 else work)
+            key_types.append(None)
+        else:
+            arrays.append(x)
+            ptrs.append(_ptr(x))
+            values.append(unused)
+            types.append(_CTYPE[x._dtype])
+            key_types.append(x._dtype.name)
+    od = out._dtype
+    ordinal = backend.gpu.ordinal
+    v = _plan(arrays)
+    if v:
+        key = ("where", cname, od.name, *key_types, forms, v, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend, key, SOURCE, "where_contig", (work, _CTYPE[od], *types, forms, v)
+        )
+        kernel.launch(
+            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            BLOCK,
+            ptrs + values + [n],
+            stream=backend.stream,
+        )
+        return
+    zeros = (0,) * len(shape)
+    strides = [out._strides] + [
+        zeros if t is None else x._strides for t, (x, _, _) in zip(key_types, operands, strict=True)
+    ]
+    layout = _layout(shape, strides)
+    wide = layout[2]
+    key = ("where_s", cname, od.name, *key_types, forms, wide, ordinal)
+    kernel = _kernels.get(key) or _kernel(
+        backend, key, SOURCE, "where_strided", (work, _CTYPE[od], *types, forms, wide)
+    )
+    _launch_strided(backend, kernel, ptrs, values, layout)
+
+
+# --- copy / cast ---------------------------------------------------------------------------------
+
+
+def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
+    """``dst[...] = src`` converting the dtype as NumPy's ``astype`` does; ``src`` has ``dst``'s
+    shape, possibly through zero (broadcast) strides. Used for ``contiguous``, ``astype``,
+    ``copy_`` and device-to-device ``to``."""
+    shape = dst._shape
+    if src._shape != shape:
+        raise ShapeError(f"copy: source shape {src._shape} differs from destination shape {shape}")
+    n = _numel(shape)
+    if n == 0:
+        return
+    od, sd = dst._dtype, src._dtype
+    ordinal = backend.gpu.ordinal
+    v = _plan([dst, src])
+    if v:
+        if od is sd:
+            pd, ps = _ptr(dst), _ptr(src)
+            if pd != ps:  # else: the identical view, nothing to do
+                stream = backend.stream
+                activate(backend.gpu)
+                cu.cuMemcpyDtoDAsync(pd, ps, n * od.itemsize, stream.handle)
+            return
+        key = ("copy", od.name, sd.name, v, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend, key, SOURCE, "copy_contig", (_CTYPE[od], _CTYPE[sd], v)
+        )
+        kernel.launch(
+            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            BLOCK,
+            [_ptr(dst), _ptr(src), n],
+            stream=backend.stream,
+        )
+        return
+    plan = _transpose_plan(shape, dst._strides, src._strides, od.itemsize, sd.itemsize)
+    if plan is not None:
+        key = ("copy_t", od.name, sd.name, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend, key, SOURCE, "copy_transpose", (_CTYPE[od], _CTYPE[sd])
+        )
+        rows, cols, batches = plan[:3]
+        grid = (
+            min((rows + 31) // 32, 2**31 - 1),
+            min((cols + 31) // 32, 65535),
+            min(batches, 65535),
+        )
+        kernel.launch(grid, TRANSPOSE_BLOCK, [_ptr(dst), _ptr(src), *plan], stream=backend.stream)
+        return
+    layout = _layout(shape, [dst._strides, src._strides])
+    wide = layout[2]
+    key = ("copy_s", od.name, sd.name, wide, ordinal)
+    kernel = _kernels.get(key) or _kernel(
+        backend, key, SOURCE, "copy_strided", (_CTYPE[od], _CTYPE[sd], wide)
+    )
+    _launch_strided(backend, kernel, [_ptr(dst), _ptr(src)], [], layout)
+
+
+def _transpose_plan(
+    shape: tuple[int, ...], dst: tuple[int, ...], src: tuple[int, ...], so: int, ss: int
+) -> tuple[int, ...] | None:
+    """``(rows, cols, batches, dst row stride, src column stride, dst batch stride, src batch
+    stride)`` for ``copy_transpose`` when, after merging, the copy is a (batched) transpose worth
+    tiles: ``dst`` dense along its innermost dim ("cols"), ``src`` dense along another ("rows"),
+    at most one more dim ("batches"); else None."""
+    key = ("transpose", shape, dst, src, so, ss)
+    if key in _layouts:
+        return _layouts[key]
+    s_shape, s_strides = _strided.sort_by_first(shape, [dst, src])
+    c_shape, (cd, cs) = _strided.collapse(s_shape, s_strides)
+    plan = None
+    ndim = len(c_shape)
+    rows = [k for k in range(ndim - 1) if cs[k] == ss and c_shape[k] >= TRANSPOSE_MIN]
+    if ndim in (2, 3) and rows and cd[-1] == so and c_shape[-1] >= TRANSPOSE_MIN:
+        k = rows[-1]
+        b = 1 - k if ndim == 3 else None  # the remaining dim, if any
+        plan = (
+            c_shape[k],
+            c_shape[-1],
+            1 if b is None else c_shape[b],
+            cd[k],
+            cs[-1],
+            0 if b is None else cd[b],
+            0 if b is None else cs[b],
+        )
+    if len(_layouts) >= _CACHE_LIMIT:
+        _layouts.clear()
+    _layouts[key] = plan
+    return plan
+
+
+# --- fill ----------------------------------------------------------------------------------------
+
+
+def _bits_of(value: Any, dtype: dt.DType) -> int:
+    """The element bits of ``value`` stored into ``dtype``, exactly as the CPU backend stores it."""
+    key = (dtype.name, value.hex() if isinstance(value, float) else (type(value), value))
+    bits = _fill_bits.get(key)
+    if bits is None:
+        cell = np.empty((), dtype.numpy)
+        with np.errstate(all="ignore"):
+            cell[...] = value
+        bits = int(cell.view(_UINT_NP[dtype.itemsize]))
+        if len(_fill_bits) >= _CACHE_LIMIT:
+            _fill_bits.clear()
+        _fill_bits[key] = bits
+    return bits
+
+
+def fill(backend: Any, dst: NvArray, value: Any) -> None:
+    """Set every element of ``dst`` to ``value`` (a Python scalar that fits ``dst.dtype``)."""
+    if value.__class__ not in _SCALARS:
+        if isinstance(value, (np.generic, np.ndarray)) and np.ndim(value) == 0:
+            value = value.item()
+        else:
+            raise DTypeError(
+                f"fill: expected a Python bool, int or float, got {type(value).__name__}"
+            )
+    shape = dst._shape
+    n = _numel(shape)
+    if n == 0:
+        return
+    dtype = dst._dtype
+    size = dtype.itemsize
+    bits = _bits_of(value, dtype)
+    ordinal = backend.gpu.ordinal
+    if _dense(dst):
+        stream = backend.stream
+        ptr = _ptr(dst)
+        if size == 8 and (bits >> 32) == (bits & 0xFFFFFFFF):  # e.g. 0: a 4-byte pattern
+            size, n, bits = 4, 2 * n, bits & 0xFFFFFFFF
+        if size == 8:
+            key = ("fill", size, ordinal)
+            kernel = _kernels.get(key) or _kernel(
+                backend, key, SOURCE, "fill_contig", (_UINT[size],)
+            )
+            kernel.launch(_grid(backend, n, BLOCK), BLOCK, [ptr, bits, n], stream=stream)
+            return
+        activate(backend.gpu)
+        if size == 1:
+            cu.cuMemsetD8Async(ptr, bits, n, stream.handle)
+        elif size == 2:
+            cu.cuMemsetD16Async(ptr, bits, n, stream.handle)
+        else:
+            cu.cuMemsetD32Async(ptr, bits, n, stream.handle)
+        return
+    layout = _layout(shape, [dst._strides])
+    wide = layout[2]
+    key = ("fill_s", size, wide, ordinal)
+    kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "fill_strided", (_UINT[size], wide))
+    _launch_strided(backend, kernel, [_ptr(dst)], [bits], layout)
+
+
+# --- arange --------------------------------------------------------------------------------------
+
+
+def arange(backend: Any, out: NvArray, start: float, step: float) -> None:
+    """``out[i] = start + i * step`` for 1-D ``out``: in float64 with two roundings (no FMA) for
+    floating dtypes, in int64 with wrap-around for the others, then converted like ``astype``
+    (the host reference of :meth:`Backend.arange`, bit for bit)."""
+    if len(out._shape) != 1:
+        raise ShapeError(f"arange: the output must be 1-D, got shape {out._shape}")
+    n = out._shape[0]
+    if n == 0:
+        return
+    if not _dense(out):
+        from ..array import NvArray
+
+        tmp = NvArray.empty(out._shape, dtype=out._dtype, device=out._device)
+        arange(backend, tmp, start, step)
+        copy(backend, out, tmp)
+        return
+    dtype = out._dtype
+    ordinal = backend.gpu.ordinal
+    if dtype.kind == "f":
+        key = ("arange_f", dtype.name, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend, key, SOURCE, "arange_float", (_CTYPE[dtype],)
+        )
+        args = [_ptr(out), float(start), float(step), n]
+    else:
+        key = ("arange_i", dtype.name, ordinal)
+        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_int", (_CTYPE[dtype],))
+        args = [_ptr(out), _wrap64(int(start)), _wrap64(int(step)), n]
+    kernel.launch(_grid(backend, n, BLOCK), BLOCK, args, stream=backend.stream)
+
+
+def _wrap64(v: int) -> int:
+    """``v`` modulo 2**64 as a signed int64 (the host reference wraps the same way)."""
+    v &= 0xFFFFFFFFFFFFFFFF
+    return v - 2**64 if v >= 2**63 else v
+
+
+# --- random --------------------------------------------------------------------------------------
+
+
+def random(
+    backend: Any, kind: str, out: NvArray, seed: int, offset: int, params: dict[str, Any]
+) -> None:
+    """Fill C-contiguous ``out`` from the Philox stream ``(seed, offset)`` of :mod:`ignis.random`
+    (``kind`` "uniform", "normal" or "integers" with ``params`` ``low``/``high``)."""
+    if kind not in ("uniform", "normal", "integers"):
+        raise ValueError(
+            f"random: unknown kind {kind!r}; expected 'uniform', 'normal' or 'integers'"
+        )
+    dtype = out._dtype
+    if kind == "integers" and dtype.kind not in "iu":
+        raise DTypeError(f"random: integers need an integer dtype, got {dtype.name}")
+    if kind != "integers" and dtype.kind != "f":
+        raise DTypeError(f"random: {kind} values need a floating dtype, got {dtype.name}")
+    n = _numel(out._shape)
+    if n == 0:
+        return
+    if not _dense(out):
+        raise ShapeError(f"random: the output must be C-contiguous, got strides {out._strides}")
+    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    offset &= 0xFFFFFFFFFFFFFFFF
+    ordinal = backend.gpu.ordinal
+    if kind == "integers":
+        low, high = int(params["low"]), int(params["high"])
+        span = high - low
+        if not 1 <= span <= 2**64:
+            raise ValueError(f"random: integers need 1 <= high - low <= 2**64, got [{low}, {high})")
+        wide = span > 2**32  # two words per element
+        key = (kind, dtype.name, wide, ordinal)
+        kernel = _kernels.get(key) or _kernel(
+            backend, key, RANDOM_SOURCE, kind, (_CTYPE[dtype], wide)
+        )
+        per_block = 2 if wide else 4
+        args = [_ptr(out), n, k0, k1, offset, _wrap64(low), span - 1]
+    else:
+        key = (kind, dtype.name, ordinal)
+        kernel = _kernels.get(key) or _kernel(backend, key, RANDOM_SOURCE, kind, (_CTYPE[dtype],))
+        per_block = 2 if dtype is dt.float64 else 4  # elements one Philox block gives
+        args = [_ptr(out), n, k0, k1, offset]
+    blocks = (n + per_block - 1) // per_block
+    kernel.launch(_grid(backend, blocks, BLOCK), BLOCK, args, stream=backend.stream)

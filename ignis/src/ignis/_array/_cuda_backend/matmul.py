@@ -1,0 +1,477 @@
+"""Matrix products of the CUDA backend: ``out = alpha * a @ b + beta * out`` over stacks.
+
+Two engines give the same results (within each dtype's rounding):
+
+* **cuBLAS** (``cublasGemmStridedBatchedEx`` through :mod:`ignis._cublas`) where the library is
+  installed and enabled. NvArrays are row-major and cuBLAS is column-major, so a row-major
+  ``C = A @ B`` is computed as the column-major ``C^T = B^T @ A^T``; transposed views become
+  transpose flags, never copies. Operands whose last two dimensions are neither row- nor
+  column-major (one stride 1, the other a valid leading dimension) are copied first.
+* **the library's own kernels** (``cuda_src/matmul.cu``): tensor cores (mma.sync) for float16 and
+  bfloat16 on sm_80 and newer, and for float32 when TF32 is allowed; FMA kernels otherwise. They
+  take any strides, so nothing is copied.
+
+Accumulation: float32 for float16/bfloat16, float64 for float64; float32 uses true FP32 unless
+:func:`set_allow_tf32` allows TF32 tensor cores (10-bit mantissa inputs, ~1e-3 relative error).
+
+Switches (module-level, shared by all threads): :func:`set_allow_tf32` / :func:`get_allow_tf32`,
+:func:`set_cublas_enabled` / :func:`get_cublas_enabled` / :func:`cublas_available`; the
+environment variable ``IGNIS_DISABLE_CUBLAS=1`` starts with cuBLAS disabled.
+
+Example::
+
+    >>> ignis.set_allow_tf32(True)          # faster float32 products, ~1e-3 relative error
+    >>> c = a @ b
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import math
+import os
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ... import _cublas
+from ... import _dtypes as dt
+from ..._device import activate
+from ..._errors import IgnisError
+from ._kernels import library_kernel
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = [
+    "matmul",
+    "set_allow_tf32",
+    "get_allow_tf32",
+    "set_cublas_enabled",
+    "get_cublas_enabled",
+    "cublas_available",
+    "plan_own_gemm",
+    "GemmLaunch",
+    "Mat",
+]
+
+logger = logging.getLogger("ignis")
+
+SOURCE = "matmul.cu"
+THREADS = 256
+MAX_BATCH_DIMS = 6  # ignis::gemm::kMaxBatchDims
+_GRID_YZ_MAX = 65535
+
+# --- switches ----------------------------------------------------------------------------------
+
+_allow_tf32 = False
+_cublas_enabled = os.environ.get("IGNIS_DISABLE_CUBLAS", "").strip().lower() not in (
+    "1", "true", "yes", "on",
+)
+# Tests only: force the own kernels of one family ("simt" or "tc") regardless of the dtype.
+_force_family: str | None = None
+
+
+def set_allow_tf32(flag: bool) -> None:
+    """Allow (True) or forbid (False, the default) TF32 tensor cores for float32 matmul.
+
+    TF32 rounds the inputs to a 10-bit mantissa (results within about 1e-3 relative of the
+    float32 product) and runs several times faster on sm_80 and newer GPUs. Applies to cuBLAS
+    and to the own kernels, in every thread.
+
+    Example: ``ignis.set_allow_tf32(True)``.
+    """
+    global _allow_tf32
+    if not isinstance(flag, bool):
+        raise TypeError(f"set_allow_tf32: expected True or False, got {flag!r}")
+    _allow_tf32 = flag
+
+
+def get_allow_tf32() -> bool:
+    """Whether float32 matmul may use TF32 tensor cores (see :func:`set_allow_tf32`)."""
+    return _allow_tf32
+
+
+def set_cublas_enabled(flag: bool) -> None:
+    """Use cuBLAS for matmul where it is installed (True, the default unless the environment
+    sets ``IGNIS_DISABLE_CUBLAS=1``) or always use ignis's own GEMM kernels (False).
+
+    Example: ``ignis.set_cublas_enabled(False)`` to measure or test the own kernels.
+    """
+    global _cublas_enabled
+    if not isinstance(flag, bool):
+        raise TypeError(f"set_cublas_enabled: expected True or False, got {flag!r}")
+    _cublas_enabled = flag
+
+
+def get_cublas_enabled() -> bool:
+    """Whether matmul may use cuBLAS (it still needs :func:`cublas_available`)."""
+    return _cublas_enabled
+
+
+def cublas_available() -> bool:
+    """True when the cuBLAS library is installed and loads (whether or not it is enabled).
+
+    Loading needs no GPU. Without it, every matmul runs on ignis's own kernels.
+    """
+    return _cublas.load() is not None
+
+
+# --- operands ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mat:
+    """A stack of matrices as the engines see it.
+
+    Attributes:
+        ptr: device address of element (0, 0) of the first matrix.
+        rs, cs: element strides of the two matrix dimensions (row, column).
+        bs: element strides of the batch dimensions (0 where broadcast), one per batch dim.
+    """
+
+    ptr: int
+    rs: int
+    cs: int
+    bs: tuple[int, ...]
+
+
+def _element_strides(arr: NvArray) -> tuple[int, ...] | None:
+    item = arr.dtype.itemsize
+    if any(s % item for s in arr.strides):
+        return None
+    return tuple(s // item for s in arr.strides)
+
+
+def _as_mat(backend: Any, arr: NvArray) -> Mat | None:
+    """``arr`` as a :class:`Mat`, or None when its byte strides are not whole elements."""
+    strides = _element_strides(arr)
+    if strides is None:
+        return None
+    return Mat(backend.data_ptr(arr), strides[-2], strides[-1], strides[:-2])
+
+
+def _compact_copy(backend: Any, arr: NvArray, keep: list[Any]) -> Mat:
+    """A contiguous copy of ``arr``'s distinct matrices (broadcast batch dims stay broadcast)."""
+    from .. import _creation
+
+    shape = list(arr.shape)
+    for i in range(arr.ndim - 2):
+        if arr.strides[i] == 0:
+            shape[i] = 1  # copy one matrix, broadcast it again below
+    src = arr._view(arr._offset, tuple(shape), arr.strides)
+    tmp = _creation._new(tuple(shape), arr.dtype, arr._device)
+    backend.copy(tmp, src)
+    keep.append(tmp)
+    m = _as_mat(backend, tmp)
+    assert m is not None
+    bs = tuple(0 if arr.strides[i] == 0 else m.bs[i] for i in range(arr.ndim - 2))
+    return Mat(m.ptr, m.rs, m.cs, bs)
+
+
+def collapse_batch(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tuple[
+        tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop size-1 batch dims and merge neighbours that every operand steps through evenly.
+
+    ``strides`` holds one tuple of element strides per operand. Example: shape (2, 3) with
+    strides (3, 1) for every operand becomes shape (6,) with stride (1,).
+    """
+    dims: list[tuple[int, list[int]]] = []
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        st = [s[i] for s in strides]
+        prev = dims[-1][1] if dims else None
+        if prev is not None and all(o == i * size for o, i in zip(prev, st, strict=True)):
+            dims[-1] = (dims[-1][0] * size, st)
+        else:
+            dims.append((size, st))
+    new_shape = tuple(d[0] for d in dims)
+    new_strides = [tuple(d[1][j] for d in dims) for j in range(len(strides))]
+    return new_shape, new_strides
+
+
+# --- the hook ----------------------------------------------------------------------------------
+
+
+def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
+    """The CUDA backend's matmul hook (contract: :meth:`ignis._array._backend.Backend.matmul`)."""
+    if out.numel == 0:
+        return
+    dtype = out.dtype
+    if dtype not in _CTYPE or a.dtype is not dtype or b.dtype is not dtype:
+        raise IgnisError(  # the front end promotes first: reaching this is a bug
+            f"matmul: the cuda backend expects operands of out's dtype {dtype.name}, got "
+            f"{a.dtype.name} and {b.dtype.name}"
+        )
+    m, n = out.shape[-2], out.shape[-1]
+    k = a.shape[-1]
+    batch = tuple(out.shape[:-2])
+    keep: list[Any] = []  # temporaries: alive until every launch is queued
+    am = _as_mat(backend, a) or _compact_copy(backend, a, keep)
+    bm = _as_mat(backend, b) or _compact_copy(backend, b, keep)
+    target = out
+    cm = _as_mat(backend, out)
+    if cm is None:
+        target = _scratch_like(backend, out, beta, keep)
+        cm = _as_mat(backend, target)
+    activate(backend.gpu)
+    stream = backend.stream
+    lib = _cublas.load() if (_cublas_enabled and _force_family is None and k > 0) else None
+    done = False
+    if lib is not None:
+        done = _cublas_matmul(lib, backend, stream, dtype, batch, m, n, k, a, b, am, bm, cm,
+                              target, alpha, beta, keep)
+    if not done:
+        cc = backend.gpu.compute_capability
+        for launch in plan_own_gemm(dtype, cc, _allow_tf32, batch, m, n, k, am, bm, cm,
+                                    alpha, beta, family=_force_family):
+            kernel = library_kernel(SOURCE, launch.kernel, backend.gpu)
+            kernel.launch(launch.grid, THREADS, [launch.a, launch.b, launch.c, launch.args],
+                          shared_mem=launch.shared_mem, stream=stream)
+    if target is not out:
+        backend.copy(out, target)
+
+
+def _scratch_like(backend: Any, out: NvArray, beta: float, keep: list[Any]) -> NvArray:
+    from .. import _creation
+
+    tmp = _creation._new(out.shape, out.dtype, out._device)
+    if beta != 0:
+        backend.copy(tmp, out)
+    keep.append(tmp)
+    return tmp
+
+
+# --- cuBLAS ------------------------------------------------------------------------------------
+
+# dtype -> (cudaDataType, compute type, scale type)
+_BLAS_TYPES = {
+    dt.float16: (_cublas.CUDA_R_16F, _cublas.CUBLAS_COMPUTE_32F, ctypes.c_float),
+    dt.bfloat16: (_cublas.CUDA_R_16BF, _cublas.CUBLAS_COMPUTE_32F, ctypes.c_float),
+    dt.float32: (_cublas.CUDA_R_32F, _cublas.CUBLAS_COMPUTE_32F, ctypes.c_float),
+    dt.float64: (_cublas.CUDA_R_64F, _cublas.CUBLAS_COMPUTE_64F, ctypes.c_double),
+}
+_INT_MAX = 2**31 - 1
+# Statuses after which the own kernels take over instead of failing the op.
+_BLAS_FALLBACK = ("CUBLAS_STATUS_NOT_SUPPORTED", "CUBLAS_STATUS_ARCH_MISMATCH")
+
+
+def blas_layout(rows: int, cols: int, rs: int, cs: int) -> tuple[str, int] | None:
+    """``("row", ld)`` or ``("col", ld)`` when a rows x cols matrix with element strides
+    (rs, cs) is a BLAS matrix (one stride 1, the other a leading dimension >= the extent it
+    spans), else None. Strides of size-1 dimensions do not matter.
+
+    Example: ``blas_layout(3, 4, 4, 1)`` is ``("row", 4)``; its transpose view
+    ``blas_layout(4, 3, 1, 4)`` is ``("col", 4)``.
+    """
+    if (cs == 1 or cols == 1) and (rows == 1 or rs >= max(cols, 1)):
+        return "row", (rs if rows > 1 else max(cols, 1))
+    if (rs == 1 or rows == 1) and (cols == 1 or cs >= max(rows, 1)):
+        return "col", (cs if cols > 1 else max(rows, 1))
+    return None
+
+
+def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, ...],
+                   m: int, n: int, k: int, a: NvArray, b: NvArray, am: Mat, bm: Mat, cm: Mat,
+                   target: NvArray, alpha: float, beta: float, keep: list[Any]) -> bool:
+    """Queue the product through cuBLAS; False when cuBLAS cannot take it (the caller then
+    uses the own kernels)."""
+    if max(m, n, k) > _INT_MAX:
+        return False
+    c_lay = blas_layout(m, n, cm.rs, cm.cs)
+    if c_lay is None:  # e.g. an output view with a stride in both dims: compute, then copy
+        scratch = _scratch_like(backend, target, beta, keep)
+        if not _cublas_matmul(lib, backend, stream, dtype, batch, m, n, k, a, b, am, bm,
+                              _as_mat(backend, scratch), scratch, alpha, beta, keep):
+            return False
+        backend.copy(target, scratch)
+        return True
+    a_lay = blas_layout(m, k, am.rs, am.cs)
+    if a_lay is None:
+        am = _compact_copy(backend, a, keep)
+        a_lay = blas_layout(m, k, am.rs, am.cs)
+    b_lay = blas_layout(k, n, bm.rs, bm.cs)
+    if b_lay is None:
+        bm = _compact_copy(backend, b, keep)
+        b_lay = blas_layout(k, n, bm.rs, bm.cs)
+    assert a_lay is not None and b_lay is not None
+    if max(a_lay[1], b_lay[1], c_lay[1]) > _INT_MAX:
+        return False
+
+    if c_lay[0] == "row":
+        # C^T (n x m, column-major) = B^T @ A^T: B's storage read column-major is B^T when B is
+        # row-major (no transpose) and B when it is column-major (transpose); same for A.
+        first, second = (bm, b_lay), (am, a_lay)
+        mm, nn = n, m
+        op_first = _cublas.CUBLAS_OP_N if b_lay[0] == "row" else _cublas.CUBLAS_OP_T
+        op_second = _cublas.CUBLAS_OP_N if a_lay[0] == "row" else _cublas.CUBLAS_OP_T
+    else:
+        # C (m x n, column-major) = A @ B directly.
+        first, second = (am, a_lay), (bm, b_lay)
+        mm, nn = m, n
+        op_first = _cublas.CUBLAS_OP_N if a_lay[0] == "col" else _cublas.CUBLAS_OP_T
+        op_second = _cublas.CUBLAS_OP_N if b_lay[0] == "col" else _cublas.CUBLAS_OP_T
+
+    dtype_code, compute, scale = _BLAS_TYPES[dtype]
+    if dtype is dt.float32 and _allow_tf32:
+        compute = _cublas.CUBLAS_COMPUTE_32F_FAST_TF32
+    item = dtype.itemsize
+    shape, (s1, s2, sc) = collapse_batch(batch, [first[0].bs, second[0].bs, cm.bs])
+    # cuBLAS takes one batch stride per operand: the innermost batch dim goes to it, the
+    # outer ones are looped over here. Negative strides are looped over too.
+    if shape and min(s1[-1], s2[-1], sc[-1]) >= 0:
+        inner, inner_strides = shape[-1], (s1[-1], s2[-1], sc[-1])
+        outer = shape[:-1]
+    else:
+        inner, inner_strides = 1, (0, 0, 0)
+        outer = shape
+    handle = lib.handle(backend.gpu)
+    alpha_c, beta_c = scale(alpha), scale(beta)
+    try:
+        for idx in itertools.product(*(range(s) for s in outer)):
+            o1 = sum(i * s for i, s in zip(idx, s1, strict=False))
+            o2 = sum(i * s for i, s in zip(idx, s2, strict=False))
+            o3 = sum(i * s for i, s in zip(idx, sc, strict=False))
+            for start in range(0, inner, _INT_MAX):
+                count = min(inner - start, _INT_MAX)
+                lib.gemm_strided_batched(
+                    handle, stream.ptr, op_first, op_second, mm, nn, k, alpha_c,
+                    first[0].ptr + (o1 + start * inner_strides[0]) * item, dtype_code,
+                    first[1][1], inner_strides[0],
+                    second[0].ptr + (o2 + start * inner_strides[1]) * item, dtype_code,
+                    second[1][1], inner_strides[1],
+                    beta_c, cm.ptr + (o3 + start * inner_strides[2]) * item, dtype_code,
+                    c_lay[1], inner_strides[2], count, compute,
+                )
+    except _cublas.CublasError as exc:
+        if exc.code in _BLAS_FALLBACK and not outer:
+            logger.debug("cuBLAS refused a %s matmul (%s); using ignis's own kernels",
+                         dtype.name, exc)
+            return False
+        raise
+    return True
+
+
+# --- the own kernels ---------------------------------------------------------------------------
+
+_CTYPE = {
+    dt.float16: "ignis::float16",
+    dt.bfloat16: "ignis::bfloat16",
+    dt.float32: "float",
+    dt.float64: "double",
+}
+_ARGS = struct.Struct("<3q6qq" + f"{MAX_BATCH_DIMS}q" * 4 + "2d4i")  # ignis::gemm::GemmArgs
+
+
+@dataclass(frozen=True)
+class GemmLaunch:
+    """One launch of an own GEMM kernel: ``kernel(a, b, c, args)`` on ``grid`` x 256 threads."""
+
+    kernel: str  # C++ name expression in matmul.cu
+    grid: tuple[int, int, int]
+    shared_mem: int  # dynamic shared memory, bytes
+    a: int
+    b: int
+    c: int
+    args: bytes  # the packed GemmArgs
+
+
+def _tile_shape(family: str, dtype: dt.DType) -> tuple[int, int]:
+    if family == "simt" and dtype is dt.float64:
+        return 64, 64  # SimtShape<double>
+    return 128, 128
+
+
+def _tc_smem_bytes(dtype: dt.DType, la: int, lb: int) -> int:
+    """Dynamic shared memory of gemm_tc (TcLayout<T, LA, LB>::SMEM_BYTES)."""
+    bm = bn = 128
+    item = dtype.itemsize
+    bk = 64 // item  # 64 bytes of k per stage: 32 halves or 16 floats
+    pad_k, pad_mn, stages = 16 // item, 8, 4
+    a_stage = bk * (bm + pad_mn) if la == 1 else bm * (bk + pad_k)
+    b_stage = bn * (bk + pad_k) if lb == 1 else bk * (bn + pad_mn)
+    return stages * (a_stage + b_stage) * item
+
+
+def kernel_layout(rows: int, cols: int, mat: Mat, extra_strides: tuple[int, ...],
+                  itemsize: int) -> tuple[int, int, int]:
+    """The own kernels' layout code of one operand and the (rs, cs) to pass for it.
+
+    0: rows are contiguous (cs 1) and 16-byte aligned (base, row stride, batch strides);
+    1: the same for columns; 2: anything else. See the top of ``cuda_src/matmul.cu``.
+    """
+    def aligned(x: int) -> bool:
+        return (x * itemsize) % 16 == 0
+
+    if mat.ptr % 16 == 0 and all(aligned(s) for s in extra_strides):
+        if mat.cs == 1 or cols <= 1:
+            ld = mat.rs if rows > 1 else 0
+            if aligned(ld):
+                return 0, ld, 1
+        if mat.rs == 1 or rows <= 1:
+            ld = mat.cs if cols > 1 else 0
+            if aligned(ld):
+                return 1, 1, ld
+    return 2, mat.rs, mat.cs
+
+
+def plan_own_gemm(dtype: dt.DType, compute_capability: tuple[int, int], allow_tf32: bool,
+                  batch: tuple[int, ...], m: int, n: int, k: int, a: Mat, b: Mat, c: Mat,
+                  alpha: float, beta: float, family: str | None = None) -> list[GemmLaunch]:
+    """The launches of the own kernels for one product (pure: no GPU needed).
+
+    ``family`` forces "tc" (tensor cores) or "simt" (FMA); by default tensor cores serve
+    float16/bfloat16 on sm_80+ and float32 when ``allow_tf32``; everything else uses FMA.
+    """
+    if family is None:
+        tc_ok = compute_capability >= (8, 0)
+        if dtype in (dt.float16, dt.bfloat16):
+            family = "tc" if tc_ok else "simt"
+        elif dtype is dt.float32:
+            family = "tc" if (tc_ok and allow_tf32) else "simt"
+        else:
+            family = "simt"
+    if family == "tc" and dtype is dt.float64:
+        family = "simt"  # no float64 tensor-core kernel
+    item = dtype.itemsize
+    shape, (sa, sb, sc) = collapse_batch(batch, [a.bs, b.bs, c.bs])
+    la, a_rs, a_cs = kernel_layout(m, k, a, sa, item)
+    lb, b_rs, b_cs = kernel_layout(k, n, b, sb, item)
+    name = f"ignis::gemm::gemm_{family}<{_CTYPE[dtype]}, {la}, {lb}>"
+    smem = _tc_smem_bytes(dtype, la, lb) if family == "tc" else 0
+    bm, bn = _tile_shape(family, dtype)
+    tiles_m, tiles_n = -(-m // bm), -(-n // bn)
+    if tiles_m * tiles_n > _INT_MAX:
+        raise IgnisError(
+            f"matmul: a result of {m} x {n} elements has more tiles than one launch can cover"
+        )
+    # More batch dims than the kernel's argument holds: loop over the outer ones here.
+    outer, inner = shape[:-MAX_BATCH_DIMS], shape[-MAX_BATCH_DIMS:]
+    n_outer = len(outer)
+    count = math.prod(inner)
+    grid_y = min(count, _GRID_YZ_MAX)
+    grid_z = -(-count // grid_y)
+    if grid_z > _GRID_YZ_MAX:
+        raise IgnisError(f"matmul: a batch of {count} matrices is more than one launch can cover")
+    pad = MAX_BATCH_DIMS - len(inner)
+    fixed = (
+        [m, n, k, a_rs, a_cs, b_rs, b_cs, c.rs, c.cs, count]
+        + list(inner) + [1] * pad
+        + list(sa[n_outer:]) + [0] * pad
+        + list(sb[n_outer:]) + [0] * pad
+        + list(sc[n_outer:]) + [0] * pad
+        + [float(alpha), float(beta), len(inner), tiles_m, tiles_n, 0]
+    )
+    args = _ARGS.pack(*fixed)
+    launches = []
+    for idx in itertools.product(*(range(s) for s in outer)):
+        oa = sum(i * s for i, s in zip(idx, sa, strict=False))
+        ob = sum(i * s for i, s in zip(idx, sb, strict=False))
+        oc = sum(i * s for i, s in zip(idx, sc, strict=False))
+        launches.append(GemmLaunch(
+            name, (tiles_m * tiles_n, grid_y, grid_z), smem,
+            a.ptr + oa * item, b.ptr + ob * item, c.ptr + oc * item, args,
+        ))
+    return launches

@@ -1,0 +1,671 @@
+"""Reductions, arg-reductions and softmax of the CUDA backend (kernels in ``cuda_src/reduction.cu``
+and ``cuda_src/softmax.cu``).
+
+Every reduction is first reduced to one of two problem shapes by dropping size-1 dimensions and
+merging dimensions that are contiguous in memory:
+
+* **rows**: ``out[row] = reduce(x[start(row) + r * rs] for r < n)``: the reduced elements of
+  one output are ``n`` evenly spaced elements (usually contiguous, ``rs == 1``); ``start``
+  walks the kept dimensions with their own strides. Short rows (and many medium ones) get a
+  group of 1..32 lanes each (``reduce_group``), long rows a block each (``reduce_block``),
+  split over several blocks when there are too few rows to fill the GPU (a full reduction is
+  one row). Contiguous rows are read in 16-byte packs.
+* **cols**: the reduced axis lies outside a contiguous kept axis of ``inner`` elements; each
+  thread owns one column (or one 16-byte pack of columns) and the loads of a warp are
+  contiguous (``reduce_cols``).
+
+Anything else (several reduced axes that do not merge, interleaved with kept ones, or a layout
+with no contiguous axis) is first copied into a contiguous temporary with the kept axes in front
+(one extra pass over the input); small strided inputs are read in place instead. Split
+reductions write one partial result per (output, split) and a second launch combines them.
+Launch configurations depend only on the shape, the strides and the alignment of the data, and
+no atomics are used: the same call on the same device gives the same bits.
+
+``var`` is two passes (the mean, then the mean squared deviation from it), the arithmetic of the
+CPU backend. Softmax reads rows in place when the axis is contiguous (rows) or lies outside a
+contiguous axis (cols); other layouts are copied to a contiguous temporary first.
+
+The module constants below are tuning knobs (tests shrink them to reach every path on small
+inputs).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ... import _dtypes as dt
+from .. import _layout
+from ._kernels import library_kernel
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = ["reduce", "arg_reduce", "softmax"]
+
+# C++ element type of each dtype.
+CTYPE = {
+    "bool": "bool",
+    "int8": "ignis::int8",
+    "uint8": "ignis::uint8",
+    "int32": "ignis::int32",
+    "int64": "ignis::int64",
+    "float16": "ignis::float16",
+    "bfloat16": "ignis::bfloat16",
+    "float32": "float",
+    "float64": "double",
+}
+
+# The type max/min/argmax/argmin compare in (the 16-bit floats as float; small integers as int).
+_WORK = {
+    "bool": "int",
+    "int8": "int",
+    "uint8": "int",
+    "int32": "int",
+    "int64": "long long",
+    "float16": "float",
+    "bfloat16": "float",
+    "float32": "float",
+    "float64": "double",
+}
+
+# Accumulator types of sums: C++ name of the type (SumOp's template argument), the partial
+# result's C++ type and its size in bytes.
+_SUM_ACC = {
+    "float32": ("float", "float", 4),
+    "float64": ("double", "double", 8),
+    "int64": ("long long", "unsigned long long", 8),
+}
+_WORK_SIZE = {"int": 4, "long long": 8, "float": 4, "double": 8}
+
+# Tuning.
+GROUP_MAX_N = 1024  # rows up to this length: a lane group per row; longer: a block per row,
+GROUP_WIDE_MAX_N = 8192  # ... except rows up to this length when there are many of them:
+GROUP_WIDE_MIN_ROWS = 8192  # a warp each
+GROUP_PACK_MIN = 4  # 16-byte packs per lane at least, for a lane group to read 16-byte packs
+TARGET_BLOCKS = 1024  # split reductions until about this many blocks run
+MIN_CHUNK = 8192  # fewest elements one block of a split row reduction takes
+MAX_SPLITS = 1024  # most blocks one output is split over
+STRIDED_MAX = 1 << 20  # up to this many elements, a strided rows layout is read in place
+MAX_GRID = 1 << 20  # blocks per launch; kernels loop over further work
+SOFTMAX_WARP_MAX_N = 1024  # softmax rows up to this length: a warp per row in registers
+# Values one thread of softmax_block keeps in registers: float math with 16-byte packs, else
+# fewer (wider values, or more index registers per value); at 1024 threads a thread has 64
+# registers, and these are the counts that compile without spilling.
+SOFTMAX_MAX_VALUES = 32
+SOFTMAX_MAX_VALUES_NARROW = 8
+
+_OUTER_LAYOUT = struct.Struct("<8q8qii")  # ignis::OuterLayout
+MAX_OUTER_DIMS = 8
+
+Dims = list[tuple[int, int]]  # (size, element stride), outermost first
+
+
+# --- launching -----------------------------------------------------------------------------------
+
+
+def _launch(backend: Any, source: str, name: str, grid: int, block: Any, args: list[Any]) -> None:
+    """Queue ``name`` of ``cuda_src/<source>`` on the backend's current stream."""
+    library_kernel(source, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
+
+
+def _temp(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
+    """A new contiguous array of the backend's device (lives as long as the Python object)."""
+    from ..array import NvArray
+
+    return NvArray._make(
+        backend.alloc(_layout.numel(shape) * dtype.itemsize),
+        0,
+        shape,
+        _layout.contiguous_strides(shape, dtype.itemsize),
+        dtype,
+        backend.device,
+        backend,
+        backend.default_stream(),
+    )
+
+
+def _scratch(backend: Any, nbytes: int) -> NvArray:
+    return _temp(backend, (max(nbytes, 1),), dt.uint8)
+
+
+def pack_outer(dims: Dims) -> bytes:
+    """``ignis::OuterLayout`` for outer dimensions ``[(size, element stride), ...]`` (outermost
+    first, at most 8): sizes and strides innermost first, unused entries 1 and 0."""
+    if len(dims) > MAX_OUTER_DIMS:
+        raise ValueError(f"pack_outer: {len(dims)} dimensions, at most {MAX_OUTER_DIMS}")
+    pad = MAX_OUTER_DIMS - len(dims)
+    shape = [d[0] for d in reversed(dims)] + [1] * pad
+    strides = [d[1] for d in reversed(dims)] + [0] * pad
+    return _OUTER_LAYOUT.pack(*shape, *strides, len(dims), 0)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _elem_strides(x: NvArray) -> tuple[int, ...] | None:
+    """Strides in elements, or None when a byte stride or the address is not a whole element."""
+    size = x.dtype.itemsize
+    if any(s % size for s in x.strides) or x._offset % size:
+        return None
+    return tuple(s // size for s in x.strides)
+
+
+def merge_dims(dims: Dims) -> Dims:
+    """Drop size-1 dimensions and merge neighbours where the outer one steps exactly over the
+    inner one (``stride_outer == stride_inner * size_inner``); element order is kept.
+
+    Example: ``merge_dims([(2, 20), (1, 5), (3, 4)]) == [(2, 20), (3, 4)]``;
+    ``merge_dims([(2, 3), (3, 1)]) == [(6, 1)]``.
+    """
+    out: Dims = []
+    for size, stride in dims:
+        if size == 1:
+            continue
+        if out and out[-1][1] == stride * size:
+            out[-1] = (out[-1][0] * size, stride)
+        else:
+            out.append((size, stride))
+    return out
+
+
+# --- planning ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """One reduction problem in kernel terms (see the module notes).
+
+    ``src`` is the array the kernels read (``x`` or a temporary copy, kept alive here); ``ptr``
+    the address of element 0 of row 0; ``outer`` the kept dimensions that give each row's start
+    (outermost first; for cols without the inner axis); ``rows`` their element count; ``n``
+    and ``rs`` the reduced length and element stride; ``inner`` the contiguous kept axis of a
+    cols problem (0 for rows).
+    """
+
+    kind: str
+    src: Any
+    ptr: int
+    itemsize: int
+    outer: Dims
+    rows: int
+    n: int
+    rs: int
+    inner: int = 0
+
+    @property
+    def outputs(self) -> int:
+        return self.rows * (self.inner if self.kind == "cols" else 1)
+
+
+def plan_reduction(backend: Any, x: NvArray, axes: tuple[int, ...], order_free: bool) -> Plan:
+    """The :class:`Plan` reducing ``x`` over ``axes``; outputs in row-major order of the kept axes.
+
+    ``order_free``: the reduced elements may be visited in any order (sum, max, ...), so reduced
+    axes may be reversed and reordered to merge; not for argmax/argmin, whose result is the
+    position in the row-major order of the reduced axes.
+    """
+    ndim = x.ndim
+    axes = tuple(sorted(axes))
+    kept_axes = [d for d in range(ndim) if d not in axes]
+    count = math.prod(x.shape[d] for d in axes)
+    size = x.dtype.itemsize
+    if count == 0:  # nothing is read: every output is the op's empty result
+        outputs = math.prod(x.shape[d] for d in kept_axes)
+        return Plan("rows", x, backend.data_ptr(x), size, [(outputs, 0)], outputs, 0, 1)
+    es = _elem_strides(x)
+    if es is None:
+        return _plan_copy(backend, x, kept_axes, list(axes), order_free)
+    ptr = backend.data_ptr(x)
+    kept = merge_dims([(x.shape[d], es[d]) for d in kept_axes])
+    red = [(x.shape[d], es[d]) for d in axes]
+    if order_free:
+        # Walk reversed axes forwards from their last element and put the largest stride
+        # first: transposed or flipped views then merge like contiguous ones.
+        flipped = []
+        for n, s in red:
+            if s < 0 and n > 1:
+                ptr += (n - 1) * s * size
+                s = -s
+            flipped.append((n, s))
+        red = sorted(flipped, key=lambda d: -d[1])
+    red = merge_dims(red)
+    if not red:
+        red = [(1, 1)]
+    rows = math.prod(d[0] for d in kept)
+    if len(red) == 1 and len(kept) <= MAX_OUTER_DIMS:
+        n, rs = red[0]
+        if rs == 1 or n == 1:
+            return Plan("rows", x, ptr, size, kept, rows, n, 1)
+        if kept and kept[-1][1] == 1 and len(kept) - 1 <= MAX_OUTER_DIMS:
+            inner = kept[-1][0]
+            return Plan("cols", x, ptr, size, kept[:-1], rows // inner, n, rs, inner)
+        if x.numel <= STRIDED_MAX:
+            return Plan("rows", x, ptr, size, kept, rows, n, rs)
+    return _plan_copy(backend, x, kept_axes, list(axes), order_free)
+
+
+def _plan_copy(
+    backend: Any, x: NvArray, kept_axes: list[int], axes: list[int], order_free: bool
+) -> Plan:
+    """Copy ``x`` into a contiguous temporary with the kept axes first, then plan that."""
+    perm = kept_axes + axes
+    shape = tuple(x.shape[d] for d in perm)
+    view = x._view(x._offset, shape, tuple(x.strides[d] for d in perm))
+    tmp = _temp(backend, shape, x.dtype)
+    backend.copy(tmp, view)
+    plan = plan_reduction(backend, tmp, tuple(range(len(kept_axes), len(perm))), order_free)
+    assert plan.kind == "rows" and plan.rs == 1, plan
+    return plan
+
+
+# --- running a plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpTypes:
+    """The C++ side of one reduction: element type, output type, op and its partial result."""
+
+    t: str  # element type
+    o: str  # output type
+    op: str  # e.g. "ignis::SumOp<float>"
+    acc: str  # the op's acc_t
+    acc_size: int  # sizeof(acc_t)
+
+
+def _splits(units: int, n: int, min_chunk: int) -> int:
+    """How many blocks to split each of ``units`` reductions of ``n`` elements over."""
+    if units >= TARGET_BLOCKS or n < 2 * min_chunk:
+        return 1
+    return max(1, min(MAX_SPLITS, -(-TARGET_BLOCKS // units), n // min_chunk))
+
+
+def _group_size(n: int) -> int:
+    """Lanes per row of reduce_group: about four elements per lane, at most a warp."""
+    return min(32, _pow2_at_least(-(-n // 4)))
+
+
+def run_plan(
+    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+) -> None:
+    """Launch the kernels of ``plan``: ``out[k] = finish(reduce(...))`` for every output ``k``."""
+    n, rows = plan.n, plan.rows
+    if plan.kind == "cols":
+        _run_cols(backend, plan, types, out_ptr, center, div)
+    elif (
+        plan.rs != 1 or n <= GROUP_MAX_N or (n <= GROUP_WIDE_MAX_N and rows >= GROUP_WIDE_MIN_ROWS)
+    ):
+        vec = 16 // plan.itemsize
+        packed = plan.rs == 1 and plan.ptr % plan.itemsize == 0 and n >= GROUP_PACK_MIN * 32 * vec
+        _run_group(
+            backend,
+            plan.ptr,
+            plan.outer,
+            rows,
+            n,
+            plan.rs,
+            types,
+            out_ptr,
+            center,
+            div,
+            vec=vec if packed else 1,
+        )
+    else:
+        _run_block(backend, plan, types, out_ptr, center, div)
+
+
+def _run_group(
+    backend: Any,
+    ptr: int,
+    outer: Dims,
+    rows: int,
+    n: int,
+    rs: int,
+    types: OpTypes,
+    out_ptr: int,
+    center: int | None,
+    div: float,
+    partial: bool = False,
+    vec: int = 1,
+) -> None:
+    group = 32 if vec > 1 else _group_size(n)
+    threads = 256
+    grid = min(MAX_GRID, -(-rows * group // threads))
+    op = f"ignis::PartialOp<{types.op}>" if partial else types.op
+    t = types.acc if partial else types.t
+    name = f"ignis::reduce_group<{t}, {types.o}, {op}, {vec}>"
+    args = [ptr, out_ptr, center, pack_outer(outer), rows, n, rs, group, float(div)]
+    _launch(backend, "reduction.cu", name, grid, threads, args)
+
+
+def _finish_partials(
+    backend: Any,
+    partials: NvArray,
+    outputs: int,
+    splits: int,
+    types: OpTypes,
+    out_ptr: int,
+    div: float,
+) -> None:
+    _run_group(
+        backend,
+        backend.data_ptr(partials),
+        [(outputs, splits)],
+        outputs,
+        splits,
+        1,
+        types,
+        out_ptr,
+        None,
+        div,
+        partial=True,
+    )
+
+
+def _run_block(
+    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+) -> None:
+    n, rows = plan.n, plan.rows
+    vec = 16 // plan.itemsize if plan.ptr % plan.itemsize == 0 else 1
+    splits = _splits(rows, n, MIN_CHUNK)
+    chunk = n
+    if splits > 1:
+        per_split = -(-n // splits)
+        chunk = -(-per_split // 16) * 16  # a multiple of 16 elements keeps packs aligned
+        splits = -(-n // chunk)
+    threads = 512 if chunk >= 2 * MIN_CHUNK else 256
+    partials = _scratch(backend, rows * splits * types.acc_size) if splits > 1 else None
+    name = f"ignis::reduce_block<{types.t}, {types.o}, {types.op}, {vec}>"
+    _launch(
+        backend,
+        "reduction.cu",
+        name,
+        min(MAX_GRID, rows * splits),
+        threads,
+        [
+            plan.ptr,
+            out_ptr,
+            None if partials is None else backend.data_ptr(partials),
+            center,
+            pack_outer(plan.outer),
+            rows,
+            n,
+            splits,
+            chunk,
+            float(div),
+        ],
+    )
+    if partials is not None:
+        _finish_partials(backend, partials, rows, splits, types, out_ptr, div)
+
+
+def _run_cols(
+    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+) -> None:
+    inner, n = plan.inner, plan.n
+    vec = 16 // plan.itemsize
+    aligned = plan.ptr % 16 == 0 and plan.rs % vec == 0 and inner % vec == 0
+    if not (aligned and all(s % vec == 0 for _, s in plan.outer)):
+        vec = 1
+    bx = min(32, _pow2_at_least(-(-inner // vec)))
+    by = 256 // bx
+    units = plan.rows * -(-inner // (bx * vec))
+    splits = _splits(units, n, 16 * by)
+    chunk = n
+    if splits > 1:
+        chunk = -(-n // splits)
+        splits = -(-n // chunk)
+    outputs = plan.rows * inner
+    partials = _scratch(backend, outputs * splits * types.acc_size) if splits > 1 else None
+    name = f"ignis::reduce_cols<{types.t}, {types.o}, {types.op}, {vec}>"
+    args = [
+        plan.ptr,
+        out_ptr,
+        None if partials is None else backend.data_ptr(partials),
+        center,
+        pack_outer(plan.outer),
+        plan.rows,
+        inner,
+        n,
+        plan.rs,
+        splits,
+        chunk,
+        float(div),
+    ]
+    _launch(backend, "reduction.cu", name, min(MAX_GRID, units * splits), (bx, by), args)
+    if partials is not None:
+        _finish_partials(backend, partials, outputs, splits, types, out_ptr, div)
+
+
+# --- the hooks ------------------------------------------------------------------------------------
+
+
+def _output(backend: Any, out: NvArray) -> NvArray:
+    """``out`` if the kernels can write it directly (contiguous), else a contiguous temporary."""
+    return out if out.is_contiguous else _temp(backend, out.shape, out.dtype)
+
+
+def _sum_types(t: str, o: str, accumulate: dt.DType, op: str = "SumOp") -> OpTypes:
+    name, acc, size = _SUM_ACC[accumulate.name]
+    return OpTypes(t, o, f"ignis::{op}<{name}>", acc, size)
+
+
+def reduce(
+    backend: Any,
+    op: str,
+    out: NvArray,
+    x: NvArray,
+    axes: tuple[int, ...],
+    accumulate: dt.DType,
+    params: dict[str, Any],
+) -> None:
+    """The ``reduce`` hook: sum, mean, max, min or var of ``x`` over ``axes`` into ``out``
+    (keepdims shape). See :meth:`ignis._array._backend.Backend.reduce`."""
+    if op not in ("sum", "mean", "max", "min", "var"):
+        raise ValueError(f"reduce: unknown reduction {op!r}; expected sum, mean, max, min or var")
+    if out.numel == 0:
+        return
+    allowed = ("float32", "float64") if op in ("mean", "var") else ("float32", "float64", "int64")
+    if op in ("sum", "mean", "var") and accumulate.name not in allowed:
+        raise ValueError(
+            f"{op}: cannot accumulate in {accumulate.name}; expected {' or '.join(allowed)}"
+        )
+    target = _output(backend, out)
+    count = math.prod(x.shape[a] for a in axes)
+    t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
+    plan = plan_reduction(backend, x, axes, order_free=True)
+    out_ptr = backend.data_ptr(target)
+    if op in ("sum", "mean"):
+        run_plan(
+            backend,
+            plan,
+            _sum_types(t, o, accumulate),
+            out_ptr,
+            None,
+            float(count) if op == "mean" else 1.0,
+        )
+    elif op in ("max", "min"):
+        w = _WORK[x.dtype.name]
+        kind = "MaxOp" if op == "max" else "MinOp"
+        run_plan(
+            backend,
+            plan,
+            OpTypes(t, o, f"ignis::{kind}<{w}>", w, _WORK_SIZE[w]),
+            out_ptr,
+            None,
+            0.0,
+        )
+    else:
+        # var: the mean (in the accumulate type) then the mean squared deviation from it.
+        acc_t = _SUM_ACC[accumulate.name][0]
+        means = _temp(backend, (plan.outputs,), accumulate)
+        run_plan(
+            backend,
+            plan,
+            _sum_types(t, acc_t, accumulate),
+            backend.data_ptr(means),
+            None,
+            float(count),
+        )
+        denom = max(count - params.get("ddof", 0), 0)
+        run_plan(
+            backend,
+            plan,
+            _sum_types(t, o, accumulate, "SqDevOp"),
+            out_ptr,
+            backend.data_ptr(means),
+            float(denom),
+        )
+    if target is not out:
+        backend.copy(out, target)
+
+
+def arg_reduce(backend: Any, op: str, out: NvArray, x: NvArray, axis: int | None) -> None:
+    """The ``arg_reduce`` hook: argmax/argmin along ``axis`` (None: of the row-major
+    flattening) into int64 ``out``; the first occurrence wins and NaN is the extreme."""
+    if op not in ("argmax", "argmin"):
+        raise ValueError(f"arg_reduce: unknown op {op!r}; expected argmax or argmin")
+    if out.numel == 0:
+        return
+    if x.numel == 0:
+        raise ValueError(f"{op}: attempt to get {op} of an empty sequence (shape {x.shape})")
+    target = _output(backend, out)
+    axes = tuple(range(x.ndim)) if axis is None else (axis,)
+    plan = plan_reduction(backend, x, axes, order_free=False)
+    w = _WORK[x.dtype.name]
+    kind = "ArgMaxOp" if op == "argmax" else "ArgMinOp"
+    types = OpTypes(
+        CTYPE[x.dtype.name], CTYPE["int64"], f"ignis::{kind}<{w}>", f"ignis::ArgPair<{w}>", 16
+    )
+    run_plan(backend, plan, types, backend.data_ptr(target), None, 0.0)
+    if target is not out:
+        backend.copy(out, target)
+
+
+# --- softmax --------------------------------------------------------------------------------------
+
+
+def softmax(backend: Any, out: NvArray, x: NvArray, axis: int, log: bool) -> None:
+    """The ``softmax`` hook: softmax (``log``: log-softmax) of ``x`` along ``axis`` into ``out``
+    (same shape; floating). Rows whose maximum is not finite come out NaN, as on the CPU."""
+    if out.numel == 0:
+        return
+    target = _output(backend, out)
+    shape = x.shape
+    es = _elem_strides(x)
+    if es is None:
+        x = _contiguous(backend, x)
+        es = _elem_strides(x)
+        assert es is not None
+    n, rs = shape[axis], es[axis]
+    outer = merge_dims([(shape[d], es[d]) for d in range(axis)])
+    inner = merge_dims([(shape[d], es[d]) for d in range(axis + 1, len(shape))])
+    layout_ok = len(outer) <= MAX_OUTER_DIMS
+    if layout_ok and not inner and (rs == 1 or n == 1):
+        _softmax_rows(backend, target, x, outer, n, log)
+    elif layout_ok and len(inner) == 1 and inner[0][1] == 1:
+        _softmax_cols(backend, target, x, outer, n, rs, inner[0][0], log)
+    else:
+        c = _contiguous(backend, x)
+        softmax(backend, target, c, axis, log)
+    if target is not out:
+        backend.copy(out, target)
+
+
+def _contiguous(backend: Any, x: NvArray) -> NvArray:
+    tmp = _temp(backend, x.shape, x.dtype)
+    backend.copy(tmp, x)
+    return tmp
+
+
+def softmax_rows_config(
+    n: int, itemsize: int, vec_ok: bool, wide: bool = False
+) -> tuple[str, int, int, int]:
+    """``(kernel, vec, items, threads)`` for softmax rows of ``n`` elements of ``itemsize``
+    bytes (``wide``: the math is in double).
+
+    kernel is "warp" (``items`` per lane), "block" (``threads`` per row holding ``items``
+    packs of ``vec`` values each) or "online" (rows too long for registers).
+    """
+    if n <= SOFTMAX_WARP_MAX_N:
+        return "warp", 1, _pow2_at_least(-(-n // 32)), 128
+    vec = 16 // itemsize if vec_ok else 1
+    values = SOFTMAX_MAX_VALUES if vec >= 4 and not wide else SOFTMAX_MAX_VALUES_NARROW
+    max_items = max(1, values // vec)
+    items = 1
+    while items <= max_items:
+        threads = max(64, _pow2_at_least(-(-n // (vec * items))))
+        if threads <= 256 or (items == max_items and threads <= 1024):
+            return "block", vec, items, threads
+        items *= 2
+    return "online", vec, 1, 1024
+
+
+def _softmax_rows(backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, log: bool) -> None:
+    size = x.dtype.itemsize
+    vec = 16 // size
+    x_ptr, out_ptr = backend.data_ptr(x), backend.data_ptr(out)
+    vec_ok = (
+        x_ptr % 16 == 0
+        and all(s % vec == 0 for _, s in outer)
+        and n % vec == 0
+        and out_ptr % 16 == 0
+    )
+    kernel, vec, items, threads = softmax_rows_config(n, size, vec_ok, out.dtype == dt.float64)
+    rows = math.prod(d[0] for d in outer)
+    t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
+    args = [x_ptr, out_ptr, pack_outer(outer), rows, n, bool(log)]
+    if kernel == "warp":
+        grid = min(MAX_GRID, -(-rows // (threads // 32)))
+        _launch(
+            backend, "softmax.cu", f"ignis::softmax_warp<{t}, {o}, {items}>", grid, threads, args
+        )
+    elif kernel == "block":
+        _launch(
+            backend,
+            "softmax.cu",
+            f"ignis::softmax_block<{t}, {o}, {vec}, {items}>",
+            min(MAX_GRID, rows),
+            threads,
+            args,
+        )
+    else:
+        vec = 16 // size if x_ptr % size == 0 else 1  # each row finds its own 16-byte boundary
+        _launch(
+            backend,
+            "softmax.cu",
+            f"ignis::softmax_online<{t}, {o}, {vec}>",
+            min(MAX_GRID, rows),
+            threads,
+            args,
+        )
+
+
+def _softmax_cols(
+    backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, rs: int, inner: int, log: bool
+) -> None:
+    bx = min(32, _pow2_at_least(inner))
+    by = 256 // bx
+    rows = math.prod(d[0] for d in outer)
+    units = rows * -(-inner // bx)
+    t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
+    _launch(
+        backend,
+        "softmax.cu",
+        f"ignis::softmax_cols<{t}, {o}>",
+        min(MAX_GRID, units),
+        (bx, by),
+        [
+            backend.data_ptr(x),
+            backend.data_ptr(out),
+            pack_outer(outer),
+            rows,
+            n,
+            rs,
+            inner,
+            bool(log),
+        ],
+    )
