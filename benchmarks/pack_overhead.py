@@ -39,7 +39,6 @@ extern "C" __global__ void axpby(float a, const float* __restrict__ x, float b,
                                  float* __restrict__ y, long long n, int flags) {}
 """
 AXPBY_SIZES = [4, 8, 4, 8, 8, 4]
-ROUNDS = 25
 LIMITS = {
     "max_threads_per_block": 1024,
     "max_block_dim": (1024, 1024, 64),
@@ -66,15 +65,21 @@ def fake_launch(*args: object) -> tuple[int]:
     return (0,)
 
 
-def per_call_us(fn: Callable[[], object], calls: int) -> float:
-    for _ in range(min(calls, 2000)):
-        fn()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        t0 = time.thread_time()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.thread_time() - t0) / calls * 1e6)
+Case = tuple[str, Callable[[], object], int]  # (label, one call, calls per round)
+
+
+def best_us(cases: list[Case], passes: int = 3, rounds: int = 8) -> list[float]:
+    """Microseconds per call of each case: the best round, cases interleaved over passes."""
+    best = [float("inf")] * len(cases)
+    for _ in range(passes):
+        for i, (_, fn, calls) in enumerate(cases):
+            for _ in range(min(calls, 2000)):
+                fn()
+            for _ in range(rounds):
+                t0 = time.thread_time()
+                for _ in range(calls):
+                    fn()
+                best[i] = min(best[i], (time.thread_time() - t0) / calls * 1e6)
     return best
 
 
@@ -106,7 +111,7 @@ def loaded_kernel(dev: Device, source: str, name: str, sizes: list[int]) -> Kern
     return kernel
 
 
-def packer_rows() -> list[tuple[str, float]]:
+def packer_cases() -> list[Case]:
     params = parse_kernel_params(AXPBY, "axpby")
     packer = ArgPacker(params, "axpby", AXPBY_SIZES)
     x, y = DeviceBuffer(0x7F00_0000_0000), DeviceBuffer(0x7F00_0010_0000)
@@ -123,85 +128,109 @@ def packer_rows() -> list[tuple[str, float]]:
     return [
         (
             "parse_kernel_params (once per kernel)",
-            per_call_us(lambda: parse_kernel_params(AXPBY, "axpby"), 1_000),
+            lambda: parse_kernel_params(AXPBY, "axpby"),
+            500,
         ),
         (
             "ArgPacker(...) (once per kernel and device)",
-            per_call_us(lambda: ArgPacker(params, "axpby", AXPBY_SIZES), 1_000),
+            lambda: ArgPacker(params, "axpby", AXPBY_SIZES),
+            500,
         ),
         (
             "pack, 6 args: Python scalars + buffers (new storage)",
-            per_call_us(lambda: packer.pack(python_args), 20_000),
+            lambda: packer.pack(python_args),
+            20_000,
         ),
         (
             "acquire + release, 6 args: Python scalars + buffers",
-            per_call_us(lambda: release(acquire(python_args)), 20_000),
+            lambda: release(acquire(python_args)),
+            20_000,
         ),
         (
             "acquire + release, 6 args: NumPy scalars + raw ints",
-            per_call_us(lambda: release(acquire(numpy_args)), 20_000),
+            lambda: release(acquire(numpy_args)),
+            20_000,
         ),
     ]
 
 
-def launch_rows() -> tuple[float, list[tuple[str, float]]]:
+def launch_cases() -> list[Case]:
+    """The raw fake call first, then launches through Kernel.launch."""
     dev, stream = fake_device()
-    noop = loaded_kernel(dev, NOOP, "noop", [8, 4])
+
+    def noop_kernel(name: str) -> Kernel:
+        # One kernel per case, with its own generated code: cases with different argument
+        # types would otherwise share (and disturb) the interpreter's specialisations.
+        return loaded_kernel(dev, NOOP.replace("noop", name), name, [8, 4])
+
     axpby = loaded_kernel(dev, AXPBY, "axpby", AXPBY_SIZES)
+    noop, fresh, tupled, raw_ptr, numpy_k, default = (noop_kernel(f"noop{i}") for i in range(6))
     handle = stream.handle
     x, y = DeviceBuffer(0x7F00_0000_0000), DeviceBuffer(0x7F00_0010_0000)
     args2 = [x, 1]
     args6 = [2.0, x, 0.5, y, 1 << 20, 0]
+    raw_pointer = [0x7F00_0000_0000, 1]
+    numpy_n = [x, np.int32(1)]
     many = 10_000
     calls = 20_000
-    raw = per_call_us(lambda: fake_launch(None, 1, 1, 1, 32, 1, 1, 0, handle, 0, 0), calls)
-    rows = [
+    return [
+        (
+            "fake cuLaunchKernel called directly",
+            lambda: fake_launch(None, 1, 1, 1, 32, 1, 1, 0, handle, 0, 0),
+            calls,
+        ),
         (
             "noop, 2 args",
-            per_call_us(lambda: noop.launch(grid=1, block=32, args=args2, stream=stream), calls),
+            lambda: noop.launch(grid=1, block=32, args=args2, stream=stream),
+            calls,
         ),
         (
             "axpby, 6 args",
-            per_call_us(lambda: axpby.launch(grid=1, block=32, args=args6, stream=stream), calls),
+            lambda: axpby.launch(grid=1, block=32, args=args6, stream=stream),
+            calls,
         ),
         (
             "noop, 2 args, grid a new int object each launch",
-            per_call_us(
-                lambda: noop.launch(grid=many + 0, block=256, args=args2, stream=stream), calls
-            ),
+            lambda: fresh.launch(grid=many + 0, block=256, args=args2, stream=stream),
+            calls,
         ),
         (
             "noop, 2 args, tuple grid and block",
-            per_call_us(
-                lambda: noop.launch(grid=(1, 1), block=(32, 1), args=args2, stream=stream), calls
-            ),
+            lambda: tupled.launch(grid=(1, 1), block=(32, 1), args=args2, stream=stream),
+            calls,
         ),
         (
-            "noop, 2 args, stream=None (the current stream)",
-            per_call_us(lambda: noop.launch(grid=1, block=32, args=args2), calls),
+            "noop, 2 args, raw int pointer",
+            lambda: raw_ptr.launch(grid=1, block=32, args=raw_pointer, stream=stream),
+            calls,
         ),
         (
             "noop, 2 args, NumPy scalar n",
-            per_call_us(
-                lambda: noop.launch(grid=1, block=32, args=[x, np.int32(1)], stream=stream), calls
-            ),
+            lambda: numpy_k.launch(grid=1, block=32, args=numpy_n, stream=stream),
+            calls,
+        ),
+        (
+            "noop, 2 args, stream=None (the current stream)",
+            lambda: default.launch(grid=1, block=32, args=args2),
+            calls,
         ),
     ]
-    return raw, rows
 
 
 def main() -> None:
-    raw, rows = launch_rows()
+    cases = launch_cases()
+    raw, *times = best_us(cases)
     print("Kernel.launch with a fake cuLaunchKernel (no GPU); overhead = launch - raw call")
     print("| launch | us per launch | Python-side overhead, us |")
     print("|---|---:|---:|")
-    print(f"| fake cuLaunchKernel called directly | {raw:.3f} | |")
-    for label, us in rows:
+    print(f"| {cases[0][0]} | {raw:.3f} | |")
+    for (label, _, _), us in zip(cases[1:], times, strict=True):
         print(f"| {label} | {us:.3f} | {us - raw:.3f} |")
     print()
     print("| argument packing | us per call |")
     print("|---|---:|")
-    for label, us in packer_rows():
+    cases = packer_cases()
+    for (label, _, _), us in zip(cases, best_us(cases), strict=True):
         print(f"| {label} | {us:.3f} |")
 
 

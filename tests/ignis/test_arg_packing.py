@@ -71,6 +71,10 @@ class FakeTorch:
         return self._ptr
 
 
+class SubInt(int):
+    """An int that is not exactly ``int``: it skips the generated fast path."""
+
+
 class Color(enum.IntEnum):
     RED = 3
 
@@ -363,6 +367,166 @@ def test_each_pack_gets_new_storage():
     assert first.address != second.address
     assert first.param_bytes(0) == struct.pack("<i", 1)
     assert second.param_bytes(0) == struct.pack("<i", 2)
+
+
+def test_acquire_reuses_released_storage_and_writes_only_the_values():
+    packer = ArgPacker(parse_kernel_params(SAXPY, "saxpy"), "saxpy", SAXPY_SIZES)
+    args = [2.5, ADDR, ADDR + 8, 10**12, 0.25, False, 1.5, 7]
+    storage, address = first = packer.acquire(args)
+    table = ctypes.string_at(address, 8 * 8)
+    packer.release(first)
+    second = packer.acquire([-1.0, ADDR + 16, 0, -5, 3.0, True, -2.0, 255])
+    assert second == first  # the same block, pointer table untouched
+    assert ctypes.string_at(address, 8 * 8) == table
+    assert read_params(PackedArgs(address, tuple(SAXPY_SIZES), storage, None), SAXPY_SIZES) == [
+        struct.pack("<f", -1.0),
+        struct.pack("<Q", ADDR + 16),
+        struct.pack("<Q", 0),
+        struct.pack("<q", -5),
+        struct.pack("<d", 3.0),
+        b"\x01",
+        struct.pack("<e", -2.0),
+        b"\xff",
+    ]
+    # A block in use is never handed out again; pack() results own their storage.
+    third = packer.acquire(args)
+    assert third[1] != address
+    packed = packer.pack(args)
+    assert packed.address not in (address, third[1])
+    packer.release(second)
+    packer.release(third)
+    assert packer.acquire(args)[1] in (address, third[1])
+
+
+def test_a_refused_value_leaves_the_pool_whole():
+    packer = ArgPacker([Param("n", "int", "int", 4), Param("x", "float", "float", 4)], "k", [4, 4])
+    pool = packer._pool
+    assert len(pool) == 1
+    for bad, fragment in (
+        ([2**31, 1.0], "2147483648 is out of range for int"),
+        ([1, 1e39], r"1e\+39 is out of range for float"),
+        ([1, "x"], "expects a real number"),
+    ):
+        with pytest.raises(LaunchError, match=fragment):
+            packer.acquire(bad)
+        assert len(pool) == 1
+    block = packer.acquire([3, 0.5])
+    assert len(pool) == 0
+    assert read_params(PackedArgs(block[1], (4, 4), block[0], None), [4, 4]) == [
+        struct.pack("<i", 3),
+        struct.pack("<f", 0.5),
+    ]
+
+
+FAST_AND_SLOW = [
+    # (kind, ctype, size, draw(rng) -> exact Python value, [other types of the same value])
+    ("int", "int8_t", 1, lambda r: r.randint(-128, 127), [np.int8, np.int64]),
+    ("uint", "unsigned short", 2, lambda r: r.randint(0, 2**16 - 1), [np.uint16, np.int32]),
+    ("int", "int", 4, lambda r: r.randint(-(2**31), 2**31 - 1), [np.int32, np.int64]),
+    ("uint", "unsigned int", 4, lambda r: r.randint(0, 2**32 - 1), [np.uint32, np.uint64]),
+    ("int", "long long", 8, lambda r: r.randint(-(2**63), 2**63 - 1), [np.int64]),
+    ("uint", "size_t", 8, lambda r: r.randint(0, 2**64 - 1), [np.uint64]),
+    ("float", "float", 4, lambda r: r.uniform(-1, 1) * 2.0 ** r.randint(-160, 127), [np.float64]),
+    (
+        "float",
+        "double",
+        8,
+        lambda r: r.uniform(-1, 1) * 2.0 ** r.randint(-1000, 1000),
+        [np.float64],
+    ),
+    ("half", "__half", 2, lambda r: r.uniform(-1, 1) * 2.0 ** r.randint(-26, 15), [np.float64]),
+    ("pointer", "float*", 8, lambda r: r.randint(0, 2**64 - 1), [np.uint64, FakeBuffer]),
+]
+
+
+@pytest.mark.parametrize(("kind", "ctype", "size", "draw", "others"), FAST_AND_SLOW)
+def test_fast_path_and_converters_agree_on_random_values(kind, ctype, size, draw, others):
+    # Exact Python types take the generated fast path; the same value as a NumPy scalar (or a
+    # buffer) goes through the converter. Both must give the same bytes, and the expected
+    # bytes come from struct/NumPy directly.
+    rng = random.Random(size * 31 + len(ctype))
+    packer = ArgPacker([Param("v", kind, ctype, size)], "k", [size])
+    code = {"pointer": "Q", "float": "f" if size == 4 else "d", "half": "e"}.get(kind)
+    if code is None:
+        code = {1: "b", 2: "h", 4: "i", 8: "q"}[size]
+        code = code.upper() if kind == "uint" else code
+    for _ in range(400):
+        value = draw(rng)
+        want = struct.pack("<" + code, value)
+        assert read_params(packer.pack([value]), [size])[0] == want, value
+        for other in others:
+            if other is FakeBuffer and value == 0:
+                continue  # a zero .ptr is checked for a closed buffer: covered elsewhere
+            assert read_params(packer.pack([other(value)]), [size])[0] == want, (other, value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "ctype", "size", "edges"),
+    [
+        ("int", "short", 2, [-(2**15) - 1, 2**15, 2**70, -(2**70)]),
+        ("uint", "unsigned char", 1, [-1, 256]),
+        ("uint", "unsigned long long", 8, [-1, 2**64]),
+        ("float", "float", 4, [3.4028235677973366e38, -3.4028235677973366e38, 1e300]),
+        ("half", "__half", 2, [65520.0, -65520.0, 1e10]),
+        ("pointer", "void*", 8, [-1, 2**64]),
+    ],
+)
+def test_values_just_out_of_range_are_refused_the_same_way_on_both_paths(kind, ctype, size, edges):
+    packer = ArgPacker([Param("v", kind, ctype, size)], "k", [size])
+    for value in edges:
+        with pytest.raises(LaunchError) as fast:
+            packer.pack([value])
+        if isinstance(value, float):
+            slow_value = np.float64(value)
+        else:
+            slow_value = FakeBuffer(value) if kind == "pointer" else SubInt(value)
+        with pytest.raises(LaunchError) as slow:
+            packer.pack([slow_value])
+        assert "out of range" in str(fast.value) or "not a valid 64-bit pointer" in str(fast.value)
+        assert str(fast.value) == str(slow.value)
+
+
+def test_values_at_the_edge_of_the_range_are_accepted_exactly():
+    cases = [
+        ("int", "short", 2, -(2**15), struct.pack("<h", -(2**15))),
+        ("int", "short", 2, 2**15 - 1, struct.pack("<h", 2**15 - 1)),
+        ("uint", "unsigned long long", 8, 2**64 - 1, struct.pack("<Q", 2**64 - 1)),
+        ("float", "float", 4, 3.4028235677973362e38, struct.pack("<f", 3.4028234663852886e38)),
+        ("float", "float", 4, math.nan, struct.pack("<f", math.nan)),
+        ("float", "float", 4, -math.inf, struct.pack("<f", -math.inf)),
+        ("half", "__half", 2, 65519.99, struct.pack("<H", 0x7BFF)),
+        ("half", "__half", 2, -math.inf, struct.pack("<H", 0xFC00)),
+        ("bool", "bool", 1, False, b"\x00"),
+    ]
+    for kind, ctype, size, value, want in cases:
+        assert pack_one(kind, ctype, size, value) == want, (ctype, value)
+
+
+def test_generated_code_is_readable_and_shared_with_callers():
+    packer = ArgPacker(parse_kernel_params(SAXPY, "saxpy"), "saxpy", SAXPY_SIZES)
+    assert packer.source.startswith("def acquire(args):\n")
+    assert "# args[3] (n: long long)" in packer.source
+    lines, names = packer.pack_code()
+    assert names["release_block"] == packer.release
+    assert not any(line.startswith(" ") for line in lines[:1])
+    # The lines run anywhere the names are bound: here, in a function of our own.
+    namespace = dict(names)
+    body = "".join(f"    {line}\n" for line in lines)
+    exec(f"def mine(args):\n{body}    return packed\n", namespace)
+    storage, address = namespace["mine"]([1.0, ADDR, 0, 3, 2.0, True, 0.5, 9])
+    assert read_params(PackedArgs(address, (), storage, None), SAXPY_SIZES)[3] == struct.pack(
+        "<q", 3
+    )
+    # Unpooled packers (no parameters, or sizes only known from the values) still have one.
+    for p in (
+        ArgPacker([], "k", []),
+        ArgPacker(
+            parse_kernel_params('struct P { int a; };\nextern "C" __global__ void s(P p) {}', "s"),
+            "s",
+            None,
+        ),
+    ):
+        assert p.source == "" and p.pack_code()[0] == ["packed = acquire_block(args)"]
 
 
 def test_packed_args_keep_the_arguments_alive():

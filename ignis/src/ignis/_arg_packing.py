@@ -26,17 +26,31 @@ Accepted values per parameter kind:
 * ``struct``/``unknown``: the raw bytes of the value — ``bytes``, ``bytearray``, ``memoryview``,
   a NumPy scalar or array, a ``ctypes`` object — of exactly the parameter's size.
 
-Each :meth:`ArgPacker.pack` call returns new storage. The driver copies the parameter values
-when ``cuLaunchKernel`` is called, before it returns, even though the launch itself runs
-asynchronously; so a :class:`PackedArgs` only needs to live until the launch call has returned,
-and reusing or dropping it afterwards is safe.
+Two ways to get the array. :meth:`ArgPacker.pack` returns a :class:`PackedArgs` with storage of
+its own. The launch path uses :meth:`ArgPacker.acquire` and :meth:`ArgPacker.release` instead:
+the driver copies the parameter values while ``cuLaunchKernel`` runs (the launch itself is
+asynchronous, its arguments are not), so once the call has returned the storage can be reused.
+Each packer keeps a small pool of storage blocks whose pointer tables are written once; a launch
+takes a block from the pool, writes only the values (one precompiled ``struct`` call), launches
+and gives the block back. Two threads, or a launch nested inside another (a ``data_ptr()`` that
+launches, a finalizer run by the garbage collector), each hold a different block, so arguments
+never mix.
+
+The conversion code for one signature is generated once per packer (see :func:`_pack_lines`;
+:meth:`ArgPacker.pack_code` hands it to callers that generate their own launch path): exact-type
+fast paths for the values a launch usually sees (an ``int`` ``.ptr`` or an ``int`` address for
+pointers, ``float`` for floating parameters, ``int`` for integers), each falling back to the
+full converter for everything else. A value takes the fast path only when the converter would
+give exactly the same bytes.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import struct
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,6 +78,10 @@ _ML_FLOAT_TYPES = frozenset(
     if name.startswith(("bfloat16", "float8_", "float6_", "float4_"))
     and isinstance(getattr(ml_dtypes, name), type)
 )
+
+# NumPy's scalar types, for exact-type checks ahead of the isinstance() chains.
+_NUMPY_INTS = frozenset(np.dtype(c).type for c in np.typecodes["AllInteger"])
+_NUMPY_FLOATS = frozenset(np.dtype(c).type for c in np.typecodes["Float"])
 
 _INT_CODES = {1: "b", 2: "h", 4: "i", 8: "q"}
 _UINT_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
@@ -108,40 +126,38 @@ class PackedArgs:
 
 
 class _Layout:
-    """One ``struct`` format writing the pointer table and then every value into one buffer.
+    """Where each value lives in one 8-byte-aligned block: the ``void*`` table, then the values.
 
-    The table entries are ``base + offset_i``. Rather than building a list of n ints per launch,
-    the whole table is computed as one integer, ``base * R + C`` with ``R = sum(2**(64 i))`` and
-    ``C = sum(offset_i * 2**(64 i))``, and written as its little-endian bytes: each 64-bit word
-    is then ``base + offset_i`` (no word overflows into the next, addresses being < 2**64).
+    Each value starts 8-byte aligned (natural alignment for every scalar type). The table only
+    depends on the block's address, so it is written once per block (:meth:`new_block`); a
+    launch then writes the values alone, with :attr:`pack_values` at offset :attr:`table_bytes`.
     """
 
-    __slots__ = ("offsets", "pack_into", "storage_type", "table_bytes", "_r", "_c")
+    __slots__ = ("offsets", "table_bytes", "words", "pack_values")
 
     def __init__(self, codes: Sequence[str], sizes: Sequence[int]):
-        n = len(sizes)
-        offset = n * _POINTER_SIZE
-        fmt = ["<", f"{offset}s"]
+        self.table_bytes = offset = len(sizes) * _POINTER_SIZE
+        fmt = ["<"]
         offsets = []
         for code, size in zip(codes, sizes, strict=True):
-            # Each value starts 8-byte aligned: natural alignment for every scalar type.
             pad = -offset % 8
             fmt.append("x" * pad + code)
             offset += pad
             offsets.append(offset)
             offset += size
-        words = max(1, -(-offset // 8))
         self.offsets = tuple(offsets)
-        self.table_bytes = n * _POINTER_SIZE
-        self._r = sum(1 << (64 * i) for i in range(n))
-        self._c = sum(o << (64 * i) for i, o in enumerate(offsets))
-        self.pack_into = struct.Struct("".join(fmt)).pack_into
-        # c_uint64 storage: 8-byte aligned, zero-initialised, writable through the buffer API.
-        self.storage_type = ctypes.c_uint64 * words
+        self.words = max(1, -(-offset // 8))
+        # Offsets in the format are relative to table_bytes, a multiple of 8: the pads still align.
+        self.pack_values = struct.Struct("".join(fmt)).pack_into
 
-    def table(self, base: int) -> bytes:
-        """The ``void*`` array for storage at address ``base``, as bytes."""
-        return (base * self._r + self._c).to_bytes(self.table_bytes, "little")
+    def new_block(self) -> tuple[Any, int]:
+        """A zeroed block with its pointer table filled in: ``(storage, address)``."""
+        # c_uint64 storage: 8-byte aligned, zero-initialised, writable through the buffer API.
+        storage = (ctypes.c_uint64 * self.words)()
+        base = ctypes.addressof(storage)
+        for i, offset in enumerate(self.offsets):
+            storage[i] = base + offset
+        return storage, base
 
 
 class ArgPacker:
@@ -212,38 +228,135 @@ class ArgPacker:
         known = all(p.size is not None for p in self.params)
         self._layout = _Layout(self._codes, [p.size for p in self.params]) if known else None
         self._sizes = tuple(p.size for p in self.params) if known else None
+        self._pool: list[tuple[Any, int]] = []
+        if self._layout is None:
+            self.acquire = self._acquire_dynamic
+            self.release = _keep
+            self.source = ""
+        elif not self._count:
+            self.acquire = self._acquire_nothing
+            self.release = _keep
+            self.source = ""
+        else:
+            self.release = self._pool.append
+            self._pool.append(self._layout.new_block())
+            body, names = self.pack_code()
+            self.source, self.acquire = build_function(
+                "acquire",
+                "args",
+                [*body, "return packed"],
+                names,
+                f"<ignis args of {kernel_name!r}>",
+            )
+
+    acquire: Callable[[Sequence[Any]], tuple[Any, int]]
+    """``acquire(args) -> (storage, address)``: convert ``args`` and write them into a block.
+
+    ``address`` is the ``kernelParams`` array for the driver (0 when the kernel takes no
+    parameters). The block belongs to the caller until it hands it to :attr:`release`, which
+    it may do as soon as the launch call has returned; a block that is never released is
+    simply freed. Raises :class:`LaunchError` like :meth:`pack`.
+
+    Example::
+
+        >>> block = packer.acquire([x, n])
+        >>> try:
+        ...     check(driver.cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, stream, block[1], 0), "...")
+        ... finally:
+        ...     packer.release(block)
+    """
+
+    release: Callable[[tuple[Any, int]], None]
+    """``release(block)``: give a block from :attr:`acquire` back to the pool for reuse."""
+
+    source: str
+    """The generated source of :attr:`acquire` ("" where none is generated), for reading."""
+
+    def pack_code(self) -> tuple[list[str], dict[str, Any]]:
+        """Python lines that pack ``args``, for a caller generating its own fast path.
+
+        Returns ``(lines, names)``: run with the local ``args`` bound, the lines leave a block,
+        as :attr:`acquire` returns it, in the local ``packed``; they assign no other locals
+        than ``args``, ``packed``, ``a<i>`` and ``v<i>``, and ``names`` are the globals they
+        use (``names["release_block"]`` is :attr:`release`). The lines are unindented;
+        :attr:`acquire` is built from them.
+        """
+        if self._layout is None or not self._count:
+            return ["packed = acquire_block(args)"], {
+                "acquire_block": self.acquire,
+                "release_block": self.release,
+            }
+        names: dict[str, Any] = {
+            "as_sequence": self._as_sequence,
+            "count_error": self._count_error,
+            "take_block": self._pool.pop,
+            "new_block": self._layout.new_block,
+            "pack_values": self._layout.pack_values,
+            "release_block": self._pool.append,
+            "struct_error": struct.error,
+            "out_of_range": self._out_of_range,
+        }
+        names.update((f"c{i}", convert) for i, convert in enumerate(self._converters))
+        return _pack_lines(self), names
 
     def pack(self, args: Sequence[Any]) -> PackedArgs:
         """Convert ``args`` (one value per parameter) and lay out the ``kernelParams`` array.
+
+        The result owns its storage (it is never reused by a later call).
 
         Raises:
             LaunchError: wrong number of arguments, or a value that does not convert to its
                 parameter's type; the message names the kernel, the argument index and name,
                 what was given and what was expected.
         """
+        if self._layout is None:
+            return self._pack_dynamic(args)
+        storage, address = self.acquire(args)  # not released: it now belongs to the result
+        return PackedArgs(address, self._sizes or (), storage, args)
+
+    def _acquire_nothing(self, args: Sequence[Any]) -> tuple[Any, int]:
+        self._check_count(args)
+        return _NO_BLOCK
+
+    def _acquire_dynamic(self, args: Sequence[Any]) -> tuple[Any, int]:
+        packed = self._pack_dynamic(args)
+        return packed, packed.address
+
+    def _pack_dynamic(self, args: Sequence[Any]) -> PackedArgs:
+        """Pack where some parameter's size is only known from the value given (no driver sizes)."""
+        args = self._check_count(args)
+        values = [convert(a) for convert, a in zip(self._converters, args, strict=True)]
+        sizes = tuple(
+            p.size if p.size is not None else len(v)
+            for p, v in zip(self.params, values, strict=True)
+        )
+        codes = [c if c else f"{s}s" for c, s in zip(self._codes, sizes, strict=True)]
+        layout = _Layout(codes, sizes)
+        storage, address = layout.new_block()
+        layout.pack_values(storage, layout.table_bytes, *values)
+        return PackedArgs(address, sizes, storage, args)
+
+    def _check_count(self, args: Any) -> Sequence[Any]:
+        """``args`` as a list or tuple of the right length, or a :class:`LaunchError`."""
         if type(args) is not list and type(args) is not tuple:
             args = self._as_sequence(args)
         if len(args) != self._count:
-            raise LaunchError(
-                f"launch of {self.kernel_name!r}: expected {self._count} argument(s) "
-                f"({self._names}), got {len(args)}"
-            )
-        if not self._count:
-            return PackedArgs(0, (), None, args)
-        values = [convert(a) for convert, a in zip(self._converters, args, strict=True)]
-        layout = self._layout
-        sizes = self._sizes
-        if layout is None:
-            layout, sizes = self._dynamic_layout(values)
-        storage = layout.storage_type()
-        base = ctypes.addressof(storage)
-        try:
-            layout.pack_into(storage, 0, layout.table(base), *values)
-        except (struct.error, OverflowError) as exc:  # pragma: no cover - converters check first
-            raise LaunchError(
-                f"launch of {self.kernel_name!r}: cannot pack arguments: {exc}"
-            ) from exc
-        return PackedArgs(base, sizes, storage, args)
+            raise self._count_error(args)
+        return args
+
+    def _out_of_range(self, args: Sequence[Any]) -> LaunchError:
+        """The error for arguments that ``struct`` refused: the converters say precisely why."""
+        for convert, value in zip(self._converters, args, strict=True):
+            convert(value)  # raises LaunchError for the offending value
+        return LaunchError(  # pragma: no cover - the converters refuse whatever struct refuses
+            f"launch of {self.kernel_name!r}: cannot pack arguments {list(args)!r}"
+        )
+
+    def _count_error(self, args: Sequence[Any]) -> LaunchError:
+        return LaunchError(
+            f"launch of {self.kernel_name!r}: expected {self._count} argument(s) "
+            f"({self._names}), got {len(args)}"
+        )
 
     def _as_sequence(self, args: Any) -> Sequence[Any]:
         if isinstance(args, (str, bytes)) or not hasattr(args, "__iter__"):
@@ -252,15 +365,6 @@ class ArgPacker:
                 f"parameter ({self._names}), got {type(args).__name__}"
             )
         return tuple(args)
-
-    def _dynamic_layout(self, values: list[Any]) -> tuple[_Layout, tuple[int, ...]]:
-        """Layout for parameters whose size is only known from the value given (no driver sizes)."""
-        sizes = tuple(
-            p.size if p.size is not None else len(v)
-            for p, v in zip(self.params, values, strict=True)
-        )
-        codes = [c if c else f"{s}s" for c, s in zip(self._codes, sizes, strict=True)]
-        return _Layout(codes, sizes), sizes
 
 
 def _names(params: Sequence[Param]) -> str:
@@ -290,6 +394,138 @@ def _code(p: Param) -> str:
     if p.kind in ("int", "uint") and p.size in _INT_CODES:
         return (_INT_CODES if p.kind == "int" else _UINT_CODES)[p.size]
     return f"{p.size}s" if p.size is not None else ""
+
+
+# --- the generated acquire() -----------------------------------------------------------------
+
+_NO_BLOCK: tuple[Any, int] = (None, 0)  # a kernel without parameters: kernelParams is NULL
+
+
+def _keep(block: tuple[Any, int]) -> None:
+    """``release`` where blocks are not pooled: the block is freed with its last reference."""
+
+
+def _fast_path(p: Param, i: int) -> list[str]:
+    """Lines converting ``a{i}`` to ``v{i}``: an exact-type check, else the converter ``c{i}``.
+
+    The fast branch only checks the type; the range check is left to ``struct``, which refuses
+    a value that does not fit its format (an int out of range, a float that would round to
+    infinity) with ``struct.error``/``OverflowError``, and the generated code then converts
+    every value again through the converters to raise the precise :class:`LaunchError`. For
+    the types let through (``int`` for integers and pointers, ``float`` for floating
+    parameters, ``True``/``False`` for bools) ``struct`` packs exactly what the converter
+    would return, so both paths agree on every input.
+    """
+    a, v, c = f"a{i}", f"v{i}", f"c{i}"
+    kind, size = p.kind, p.size
+    if kind == "pointer":
+        # Raw int addresses, then ignis buffers and arrays (an int .ptr). A .ptr of 0 may mean
+        # a closed buffer, and other objects (__cuda_array_interface__...): the converter.
+        return [
+            f"if type({a}) is int:",
+            f"    {v} = {a}",
+            "else:",
+            "    try:",
+            f"        {v} = {a}.ptr",
+            "    except AttributeError:",
+            f"        {v} = None",
+            f"    if type({v}) is not int or not {v}:",
+            f"        {v} = {c}({a})",
+        ]
+    if (kind, size) in (("float", 4), ("float", 8), ("half", 2)):
+        return [f"{v} = {a} if type({a}) is float else {c}({a})"]
+    if kind in ("int", "uint") and size in _INT_CODES:
+        return [f"{v} = {a} if type({a}) is int else {c}({a})"]
+    if kind == "bool":
+        return [f"{v} = {a} if {a} is True or {a} is False else {c}({a})"]
+    return [f"{v} = {c}({a})"]  # bfloat16 (needs encoding), raw bytes, unusual widths
+
+
+def _pack_lines(packer: ArgPacker) -> list[str]:
+    """The generated lines of :meth:`ArgPacker.pack_code` for a fixed layout.
+
+    For ``noop(float* x, int n)`` they read::
+
+        if type(args) is not list and type(args) is not tuple:
+            args = as_sequence(args)
+        try:
+            a0, a1 = args
+        except ValueError:
+            raise count_error(args) from None
+        # args[0] (x: float*)
+        if type(a0) is int:
+            v0 = a0
+        else:
+            try:
+                v0 = a0.ptr
+            except AttributeError:
+                v0 = None
+            if type(v0) is not int or not v0:
+                v0 = c0(a0)
+        # args[1] (n: int)
+        v1 = a1 if type(a1) is int else c1(a1)
+        try:
+            packed = take_block()
+        except IndexError:
+            packed = new_block()
+        try:
+            pack_values(packed[0], 16, v0, v1)
+        except (struct_error, OverflowError):
+            release_block(packed)
+            raise out_of_range(args) from None
+
+    Every value is converted before a block is taken, so a converter that raises (or that runs
+    user code, which may itself launch) never leaves a block half written or out of the pool.
+    """
+    layout = packer._layout
+    assert layout is not None and packer._count
+    n = packer._count
+    names = ", ".join(f"a{i}" for i in range(n))
+    lines = [
+        "if type(args) is not list and type(args) is not tuple:",
+        "    args = as_sequence(args)",
+        "try:",
+        f"    {names}{',' if n == 1 else ''} = args",
+        "except ValueError:",
+        "    raise count_error(args) from None",
+    ]
+    for i, p in enumerate(packer.params):
+        label = "".join(ch if ch.isprintable() else "?" for ch in _label(p))
+        lines.append(f"# args[{i}] ({label})")
+        lines.extend(_fast_path(p, i))
+    values = ", ".join(f"v{i}" for i in range(n))
+    return lines + [
+        "try:",
+        "    packed = take_block()",
+        "except IndexError:  # every pooled block is in use (other threads, nested launches)",
+        "    packed = new_block()",
+        "try:",
+        f"    pack_values(packed[0], {layout.table_bytes}, {values})",
+        "except (struct_error, OverflowError):  # a value out of its type's range",
+        "    release_block(packed)",
+        "    raise out_of_range(args) from None",
+    ]
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(source: str, filename: str) -> types.CodeType:
+    # The same kernel loaded again (another device, another Kernel object) compiles once.
+    return compile(source, filename, "exec")
+
+
+def build_function(
+    name: str, signature: str, body: Sequence[str], names: dict[str, Any], filename: str
+) -> tuple[str, Callable[..., Any]]:
+    """Compile ``def name(signature): body`` with ``names`` as its globals: ``(source, function)``.
+
+    Used for code generated from a kernel's signature; ``filename`` shows in tracebacks.
+    """
+    source = f"def {name}({signature}):\n" + "".join(f"    {line}\n" for line in body)
+    namespace = dict(names)
+    exec(_compiled(source, filename), namespace)  # noqa: S102 - generated above
+    # Taken out of its own globals: a function there would keep itself (and whatever its
+    # globals hold) alive until the cycle collector runs.
+    return source, namespace.pop(name)
 
 
 def _converter(p: Param, label: str) -> Converter:
@@ -379,6 +615,8 @@ def _float_converter(
     label: str, ctype: str, overflow: float | None, encode: Callable[[float], int] | None
 ) -> Converter:
     def slow(value: Any) -> float:
+        if type(value) in _NUMPY_FLOATS:  # the common case here, ahead of the isinstance chain
+            return float(value)
         if isinstance(value, (bool, np.bool_)):
             raise LaunchError(
                 f"{label} expects a real number for {ctype}, got {_describe(value)}; "
@@ -464,6 +702,8 @@ def _int_converter(label: str, ctype: str, signed: bool, size: int) -> Converter
     to_bytes = size not in _INT_CODES  # e.g. __int128: packed as raw little-endian bytes
 
     def slow(value: Any) -> int:
+        if type(value) in _NUMPY_INTS:  # the common case here, ahead of the isinstance chain
+            return int(value)
         if isinstance(value, (bool, np.bool_)):
             raise LaunchError(
                 f"{label} expects an integer for {ctype}, got {_describe(value)}; pass int(x) "

@@ -13,6 +13,12 @@ Example (SAXPY in one call)::
 Arguments are packed to the parameter types the kernel declares (see :mod:`ignis._arg_packing`);
 the grid, block and shared-memory size are checked against the device's limits before the
 driver sees them.
+
+A launch is on the hot path of every GPU program, so once a kernel is loaded on a device its
+launch runs through a function generated for its signature (:func:`_build_launcher`): the
+configuration check is remembered, the argument conversions are inlined and the
+``kernelParams`` storage is reused, which keeps the Python work per launch small next to the
+driver call itself.
 """
 
 from __future__ import annotations
@@ -20,13 +26,17 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._arg_packing import ArgPacker
+from ._arg_packing import ArgPacker, build_function
 from ._bindings import check, cu, driver
 from ._compiler import CompileOptions, ObjectCode, compile
 from ._device import Device, activate, current_device
+
+# activate() keeps the thread's active device here; the launch path reads it inline to skip the
+# call when the device is already active (the common case).
+from ._device import _tls as _device_tls
 from ._errors import CudaError, LaunchError
 from ._launch_config import LaunchConfig
 from ._signature import parse_kernel_params
@@ -34,30 +44,258 @@ from ._stream import Stream, current_stream
 
 __all__ = ["Kernel", "compile_kernel"]
 
+# The driver's launch entry points. A device's launcher reads them once, when the kernel is loaded
+# there; tests replace them (before loading) to run the whole launch path without a GPU.
+_launch_kernel: Any = getattr(driver, "cuLaunchKernel", None)
+_launch_cooperative_kernel: Any = getattr(driver, "cuLaunchCooperativeKernel", None)
+
+# Validated configurations kept per kernel and device; past this many distinct ones (a grid
+# computed from ever-changing sizes) the cache starts over rather than growing without bound.
+_MAX_CACHED_CONFIGS = 4096
+
+_NEVER = object()  # matches no launch argument: the empty memo
+
+
 def _unload(device: Device, module: Any) -> None:
     activate(device)
     cu.cuModuleUnload(module)
 
 
 class _Loaded:
-    """A kernel's state on one device: module, function handle, packer, limits, config cache."""
+    """A kernel's state on one device: module, function handle, packer, limits, configurations.
 
-    __slots__ = ("device", "module", "function", "packer", "limits", "configs", "dynamic_smem_set", "_finalizer", "__weakref__")
+    ``configs`` maps launch configurations to the validated
+    ``(gx, gy, gz, bx, by, bz, shared_mem)``; ``memo`` is the last one resolved,
+    ``(grid, block, shared_mem, cooperative, dims)``, checked by identity. Both only ever hold
+    values of exact types (``int``, tuples of ``int``, ``bool``; see :meth:`dims`), so a cached
+    entry never lets through a value that validation would refuse (``1.0 == 1``,
+    ``True == 1``), and an identical immutable object is the same validated value.
+    """
 
-    def __init__(self, kernel: Kernel, device: Device):
-        activate(device)
+    __slots__ = (
+        "device",
+        "module",
+        "function",
+        "packer",
+        "name",
+        "limits",
+        "configs",
+        "memo",
+        "launches",
+        "dynamic_smem_set",
+        "launch_kernel",
+        "launch_cooperative_kernel",
+        "_finalizer",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        device: Device,
+        function: Any,
+        packer: ArgPacker,
+        limits: dict[str, Any],
+        *,
+        name: str,
+        module: Any = None,
+    ):
         self.device = device
-        self.module = cu.cuModuleLoadData(kernel.object_code.code)
-        self._finalizer = weakref.finalize(self, _unload, device, self.module)
-        self.function = cu.cuModuleGetFunction(self.module, kernel.lowered_name.encode())
-        sizes = _param_sizes(self.function)
-        self.packer = ArgPacker(kernel.params, kernel.name, param_sizes=sizes)
-        attrs = _function_attributes(self.function)
-        self.limits = dict(device.properties)
-        self.limits["kernel_max_threads_per_block"] = attrs["max_threads_per_block"]
-        self.limits["kernel_static_shared_bytes"] = attrs["shared_size_bytes"]
-        self.configs: dict[Any, LaunchConfig] = {}
+        self.module = module
+        self.function = function
+        self.packer = packer
+        self.name = name
+        self.limits = limits
+        self.configs: dict[Any, tuple[int, ...]] = {}
+        self.memo: tuple[Any, ...] = (_NEVER, _NEVER, _NEVER, _NEVER, None)
+        self.launches = 0
         self.dynamic_smem_set = 0
+        self.launch_kernel = _launch_kernel
+        self.launch_cooperative_kernel = _launch_cooperative_kernel
+        self._finalizer: Any = None
+
+    @classmethod
+    def load(cls, kernel: Kernel, device: Device) -> _Loaded:
+        """Load ``kernel``'s code on ``device`` and read its parameter sizes and attributes."""
+        activate(device)
+        module = cu.cuModuleLoadData(kernel.object_code.code)
+        try:
+            function = cu.cuModuleGetFunction(module, kernel.lowered_name.encode())
+            packer = ArgPacker(kernel.params, kernel.name, param_sizes=_param_sizes(function))
+            attrs = _function_attributes(function)
+        except BaseException:
+            cu.cuModuleUnload(module)
+            raise
+        limits = dict(device.properties)
+        limits["kernel_max_threads_per_block"] = attrs["max_threads_per_block"]
+        limits["kernel_static_shared_bytes"] = attrs["shared_size_bytes"]
+        self = cls(device, function, packer, limits, name=kernel.name, module=module)
+        self._finalizer = weakref.finalize(self, _unload, device, module)
+        return self
+
+    def dims(self, grid: Any, block: Any, shared_mem: Any, cooperative: Any) -> tuple[int, ...]:
+        """The validated ``(gx, gy, gz, bx, by, bz, shared_mem)`` of a launch; updates the memo.
+
+        Arguments of exact types are looked up as given; anything else (NumPy integers) goes
+        through :class:`LaunchConfig`, which refuses what is not an int, and is looked up in
+        normalised form. A configuration is checked against the limits once.
+        """
+        exact = (
+            (type(grid) is int or _exact(grid))
+            and (type(block) is int or _exact(block))
+            and type(shared_mem) is int
+            and (cooperative is False or cooperative is True)
+        )
+        key = (grid, block, shared_mem, cooperative) if exact else None
+        dims = self.configs.get(key) if exact else None
+        if dims is None:
+            dims = self._resolve(grid, block, shared_mem, cooperative, key)
+        if exact:
+            self.memo = (grid, block, shared_mem, cooperative, dims)
+        return dims
+
+    def _resolve(
+        self, grid: Any, block: Any, shared_mem: Any, cooperative: Any, key: Any
+    ) -> tuple[int, ...]:
+        """:meth:`dims` on a cache miss: normalise, validate, remember (also under ``key``)."""
+        config = LaunchConfig(grid, block, shared_mem, cooperative, name=self.name)
+        normal = (config.grid, config.block, config.shared_mem, config.cooperative)
+        configs = self.configs
+        dims = configs.get(normal)
+        if dims is None:
+            self._validate(config)
+            dims = (*config.grid, *config.block, config.shared_mem)
+        if len(configs) >= _MAX_CACHED_CONFIGS:
+            configs.clear()  # cleared, never replaced: the launcher holds this dict
+        configs[normal] = dims
+        if key is not None:
+            configs[key] = dims
+        return dims
+
+    def _validate(self, config: LaunchConfig) -> None:
+        """Check ``config`` against the device and kernel limits; opt in to large shared memory."""
+        needs_optin = config.validate(self.limits)
+        shared_mem = config.shared_mem
+        if config.cooperative:
+            capacity = self.occupancy(config.block, shared_mem) * self.device.multiprocessor_count
+            blocks = config.grid[0] * config.grid[1] * config.grid[2]
+            if blocks > capacity:
+                raise LaunchError(
+                    f"cooperative launch of {self.name!r}: grid has {blocks} blocks but at most "
+                    f"{capacity} can be resident at once on cuda:{self.device.ordinal}"
+                )
+        if needs_optin and shared_mem > self.dynamic_smem_set:
+            activate(self.device)
+            cu.cuFuncSetAttribute(
+                self.function,
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                int(shared_mem),
+            )
+            self.dynamic_smem_set = int(shared_mem)
+
+    def occupancy(self, block: int | Sequence[int], shared_mem: int) -> int:
+        """Blocks of this size that fit on one SM at once."""
+        threads = block if isinstance(block, int) else int(_prod(block))
+        activate(self.device)
+        return int(
+            cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, threads, shared_mem)
+        )
+
+
+# The launcher of one kernel on one device. Between the two halves go the lines that pack
+# ``args`` (ArgPacker.pack_code). Every name not assigned here is bound by _build_launcher.
+_LAUNCH_HEAD = (
+    "if stream is None:",
+    "    stream = current_stream()",
+    "if stream.device is not device:",
+    "    return elsewhere(grid, block, args, shared_mem, stream, cooperative)",
+    "memo = state.memo",
+    "if (grid is memo[0] and block is memo[1] and shared_mem is memo[2]",
+    "        and cooperative is memo[3]):  # the same objects as last time",
+    "    gx, gy, gz, bx, by, bz, smem = memo[4]",
+    "else:",
+    "    dims = None",
+    "    if (type(grid) is int and type(block) is int and type(shared_mem) is int",
+    "            and cooperative is False):  # the common case, as state.dims keys it",
+    "        dims = configs.get((grid, block, shared_mem, False))",
+    "    if dims is None:",
+    "        dims = state.dims(grid, block, shared_mem, cooperative)",
+    "    gx, gy, gz, bx, by, bz, smem = dims",
+)
+_LAUNCH_TAIL = (
+    "try:",
+    "    active = device_tls.active",
+    "except AttributeError:  # this thread has not activated any device yet",
+    "    active = None",
+    "if active is not device:",
+    "    activate(device)",
+    "if cooperative:",
+    "    result = launch_cooperative_kernel(",
+    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1])",
+    "    release_block(packed)",
+    "    check(result, 'cuLaunchCooperativeKernel')",
+    "else:",
+    "    result = launch_kernel(",
+    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
+    "    release_block(packed)  # the driver has copied the values: the block is free again",
+    "    check(result, 'cuLaunchKernel')",
+    "state.launches += 1",
+)
+_LAUNCH_SIGNATURE = "grid, block, args=(), *, shared_mem=0, stream=None, cooperative=False"
+
+
+def _build_launcher(state: _Loaded, elsewhere: Callable[..., None]) -> Callable[..., None]:
+    """Generate ``launch(grid, block, args=(), *, shared_mem=0, stream=None, cooperative=False)``
+    for ``state``: :meth:`Kernel.launch` specialised to one device and one signature.
+
+    ``elsewhere(grid, block, args, shared_mem, stream, cooperative)`` takes launches on a stream
+    of another device. The driver's launch functions, :func:`current_stream` and
+    :func:`activate` are bound now, from this module's globals.
+    """
+    pack, names = state.packer.pack_code()
+    names.update(
+        state=state,
+        configs=state.configs,
+        device=state.device,
+        function=state.function,
+        elsewhere=elsewhere,
+        current_stream=current_stream,
+        device_tls=_device_tls,
+        activate=activate,
+        check=check,
+        launch_kernel=state.launch_kernel,
+        launch_cooperative_kernel=state.launch_cooperative_kernel,
+    )
+    body = [*_LAUNCH_HEAD, *pack, *_LAUNCH_TAIL]
+    filename = f"<ignis launch of {state.name!r} on cuda:{state.device.ordinal}>"
+    source, launch = build_function("launch", _LAUNCH_SIGNATURE, body, names, filename)
+    launch.__qualname__ = "Kernel.launch"
+    launch.__doc__ = Kernel.launch.__doc__
+    launch.source = source  # type: ignore[attr-defined]
+    return launch
+
+
+def _elsewhere(kernel: Kernel) -> Callable[..., None]:
+    """Where a device's launcher sends launches on another device's stream.
+
+    It holds the kernel weakly: the kernel's ``launch`` attribute holds the launcher.
+    """
+    ref = weakref.ref(kernel)
+    name = kernel.name
+
+    def elsewhere(
+        grid: Any, block: Any, args: Any, shared_mem: Any, stream: Stream, cooperative: Any
+    ) -> None:
+        owner = ref()
+        if owner is None:
+            raise LaunchError(
+                f"launch of {name!r} on cuda:{stream.device.ordinal}: the Kernel object this "
+                "launch function came from no longer exists; keep the kernel, not its launch"
+            )
+        launch = owner._launcher(stream.device)
+        owner.launch = launch  # the device launched on last gets the direct path
+        launch(grid, block, args, shared_mem=shared_mem, stream=stream, cooperative=cooperative)
+
+    return elsewhere
 
 
 class Kernel:
@@ -70,11 +308,14 @@ class Kernel:
         name: the kernel name or name expression (``"saxpy"``, ``"axpy<float>"``).
         lowered_name: the symbol in the object code.
         object_code: the :class:`~ignis.ObjectCode` it was loaded from.
-        launch_count: launches made through this object.
+        launch_count: launches made through this object (approximate while several threads
+            launch it at once).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("Kernel cannot be constructed directly; use ignis.compile_kernel(source, name)")
+        raise TypeError(
+            "Kernel cannot be constructed directly; use ignis.compile_kernel(source, name)"
+        )
 
     @classmethod
     def from_object_code(cls, object_code: ObjectCode, name: str, source: str) -> Kernel:
@@ -85,10 +326,15 @@ class Kernel:
         self.lowered_name = lowered
         self.object_code = object_code
         self.params = parse_kernel_params(source, name)
-        self.launch_count = 0
         self._loaded: dict[int, _Loaded] = {}
+        self._launchers: dict[int, Callable[..., None]] = {}
         self._lock = threading.Lock()
         return self
+
+    @property
+    def launch_count(self) -> int:
+        """Launches made through this object, on every device, that the driver accepted."""
+        return sum(state.launches for state in list(self._loaded.values()))
 
     def _state(self, device: Device) -> _Loaded:
         state = self._loaded.get(device.ordinal)
@@ -96,9 +342,29 @@ class Kernel:
             with self._lock:
                 state = self._loaded.get(device.ordinal)
                 if state is None:
-                    state = _Loaded(self, device)
-                    self._loaded[device.ordinal] = state
+                    state = _Loaded.load(self, device)
+                    self._install(state)
         return state
+
+    def _install(self, state: _Loaded) -> None:
+        """Adopt ``state`` as this kernel's state on its device, with its launcher.
+
+        The first device's launcher becomes this object's ``launch`` attribute, so that
+        ``kernel.launch(...)`` calls it directly.
+        """
+        ordinal = state.device.ordinal
+        launcher = _build_launcher(state, _elsewhere(self))
+        self._launchers[ordinal] = launcher
+        self._loaded[ordinal] = state
+        if "launch" not in self.__dict__:
+            self.launch = launcher
+
+    def _launcher(self, device: Device) -> Callable[..., None]:
+        launcher = self._launchers.get(device.ordinal)
+        if launcher is None:
+            self._state(device)
+            launcher = self._launchers[device.ordinal]
+        return launcher
 
     def launch(
         self,
@@ -123,68 +389,34 @@ class Kernel:
             cooperative: launch with ``cuLaunchCooperativeKernel`` (grid-wide sync); the whole grid
                 must be resident at once.
 
+        Each configuration is validated once per device and then remembered. The cheapest
+        launch passes an explicit ``stream`` and plain ints (or tuples of ints) for ``grid``
+        and ``block``; reusing the same objects from one launch to the next is cheaper still.
+
         Raises:
             LaunchError: bad configuration or arguments, before anything reaches the driver.
             CudaError: the driver rejected the launch.
+
+        Example::
+
+            >>> k.launch(grid=ignis.Kernel.calc_grid_size(n), block=256, args=[2.0, x, y, n])
         """
+        # Reached before the first launch on a device, or as Kernel.launch(k, ...); afterwards
+        # k.launch is the device's generated launcher.
         if stream is None:
             stream = current_stream()
-        device = stream.device
-        state = self._loaded.get(device.ordinal) or self._state(device)
-        key = (grid if isinstance(grid, int) else tuple(grid), block if isinstance(block, int) else tuple(block), shared_mem, cooperative)
-        try:
-            config = state.configs.get(key)
-        except TypeError:  # unhashable (a list inside): validate every time
-            config = None
-            key = None
-        if config is None:
-            config = self._validate(state, grid, block, shared_mem, cooperative)
-            if key is not None:
-                state.configs[key] = config
-        packed = state.packer.pack(args)
-        activate(device)
-        gx, gy, gz = config.grid
-        bx, by, bz = config.block
-        if cooperative:
-            result = driver.cuLaunchCooperativeKernel(
-                state.function, gx, gy, gz, bx, by, bz, config.shared_mem, stream.handle, packed.address
-            )
-            check(result, "cuLaunchCooperativeKernel")
-        else:
-            result = driver.cuLaunchKernel(
-                state.function, gx, gy, gz, bx, by, bz, config.shared_mem, stream.handle, packed.address, 0
-            )
-            check(result, "cuLaunchKernel")
-        self.launch_count += 1
+        self._launcher(stream.device)(
+            grid, block, args, shared_mem=shared_mem, stream=stream, cooperative=cooperative
+        )
 
-    __call__ = launch
-
-    def _validate(self, state: _Loaded, grid: Any, block: Any, shared_mem: int, cooperative: bool) -> LaunchConfig:
-        config = LaunchConfig(grid, block, shared_mem, cooperative, name=self.name)
-        needs_optin = config.validate(state.limits)
-        if cooperative:
-            per_sm = self.max_active_blocks_per_multiprocessor(config.block, shared_mem, state.device)
-            capacity = per_sm * state.device.multiprocessor_count
-            blocks = config.grid[0] * config.grid[1] * config.grid[2]
-            if blocks > capacity:
-                raise LaunchError(
-                    f"cooperative launch of {self.name!r}: grid has {blocks} blocks but at most "
-                    f"{capacity} can be resident at once on cuda:{state.device.ordinal}"
-                )
-        if needs_optin and shared_mem > state.dynamic_smem_set:
-            activate(state.device)
-            cu.cuFuncSetAttribute(
-                state.function,
-                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                int(shared_mem),
-            )
-            state.dynamic_smem_set = int(shared_mem)
-        return config
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """Same as :meth:`launch`."""
+        self.launch(*args, **kwargs)
 
     def attributes(self, device: int | Device | None = None) -> dict[str, int]:
-        """The compiled function's attributes on ``device``: ``num_regs``, ``max_threads_per_block``,
-        ``shared_size_bytes`` (static), ``local_size_bytes``, ``const_size_bytes``, ``ptx_version``,
-        ``binary_version``."""
+        """The compiled function's attributes on ``device``: ``num_regs``,
+        ``max_threads_per_block``, ``shared_size_bytes`` (static), ``local_size_bytes``,
+        ``const_size_bytes``, ``ptx_version``, ``binary_version``."""
         dev = current_device() if device is None else Device(device)
         return _function_attributes(self._state(dev).function)
 
@@ -193,10 +425,7 @@ class Kernel:
     ) -> int:
         """Occupancy: how many blocks of this size fit on one SM at once."""
         dev = current_device() if device is None else Device(device)
-        state = self._state(dev)
-        threads = block if isinstance(block, int) else int(_prod(block))
-        activate(dev)
-        return int(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(state.function, threads, shared_mem))
+        return self._state(dev).occupancy(block, shared_mem)
 
     @staticmethod
     def calc_grid_size(n: int, block_size: int = 256) -> int:
@@ -258,6 +487,13 @@ def _function_attributes(function: Any) -> dict[str, int]:
         "max_dynamic_shared_size_bytes": a.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
     }
     return {k: int(cu.cuFuncGetAttribute(v, function)) for k, v in names.items()}
+
+
+def _exact(dim: Any) -> bool:
+    """True for an ``int`` or a tuple of ``int`` (exactly those types: no bool, no NumPy)."""
+    if type(dim) is int:
+        return True
+    return type(dim) is tuple and all(type(v) is int for v in dim)
 
 
 def _prod(values: Sequence[int]) -> int:
