@@ -8,7 +8,11 @@ Allocation goes through a *memory resource* per device:
 - :class:`PlainMemoryResource`: ``cuMemAlloc``/``cuMemFree`` (freeing waits for the device).
 
 :class:`Buffer` owns one allocation: ``close()`` frees it, on the stream it was allocated on, and
-a ``weakref.finalize`` fallback frees it when the buffer is garbage-collected.
+so does the buffer's ``__del__`` when it is garbage-collected without having been closed.
+
+Allocation and free are on the hot path of every array op (each result is a new buffer), so the
+common case is kept lean: the device's resource is one dict lookup, the driver is called once,
+and statistics are recorded without a lock (see ``_Stats``).
 
 Example::
 
@@ -22,15 +26,21 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import weakref
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 
-from ._bindings import cu, driver, ensure_driver, is_out_of_memory
+from ._bindings import check, cu, driver, ensure_driver, is_out_of_memory
 from ._device import Device, activate, current_device
+
+# activate() keeps the thread's active device here; allocation and free read it inline to skip
+# the call when the device is already active (the common case).
+from ._device import _tls as _device_tls
 from ._errors import CudaError, OutOfMemoryError
 from ._stream import Stream, current_stream
 
@@ -64,26 +74,75 @@ class _Stats:
     active_allocations: int = 0
 
 
+# Statistics stay exact without a lock on the hot path: an allocation appends ``+nbytes`` and a
+# free ``-nbytes`` to its device's event log (``list.append`` is atomic), and pending events are
+# folded into the device's _Stats, in append order, under ``_stats_lock``, when the statistics
+# are read or the log has grown long. Append order is a valid order of the events, so
+# ``peak_bytes`` is the exact maximum of the running total, as if every event had taken the lock.
 _stats_lock = threading.Lock()
 _stats: dict[int, _Stats] = {}
+_logs: dict[int, list[int]] = {}
+_FOLD_AT = 4096  # pending events past which an allocation folds them
+
+
+def _log(ordinal: int) -> list[int]:
+    """The event log of device ``ordinal`` (created on first use; setdefault is atomic)."""
+    return _logs.setdefault(ordinal, [])
+
+
+def _fold(ordinal: int) -> _Stats:
+    """Fold the device's pending events into its _Stats and return it; the caller holds
+    ``_stats_lock``."""
+    s = _stats.get(ordinal)
+    if s is None:
+        s = _stats[ordinal] = _Stats()
+    log = _logs.get(ordinal)
+    if log:
+        # Only the lock holder removes events, and only from the front; others only append. So
+        # the first n events stay put between the copy and the delete (each one atomic).
+        n = len(log)
+        events = log[:n]
+        del log[:n]
+        grown = list(filter((0).__lt__, events))  # the allocations
+        peak = max(accumulate(events, initial=s.current_bytes))
+        if peak > s.peak_bytes:
+            s.peak_bytes = peak
+        s.current_bytes += sum(events)
+        s.allocation_count += len(grown)
+        s.deallocation_count += n - len(grown)
+        s.active_allocations += 2 * len(grown) - n
+        s.allocated_bytes_total += sum(grown)
+    return s
+
+
+def _fold_soon(ordinal: int) -> None:
+    """Fold a long log, unless someone is folding already: never wait for the lock here.
+
+    Whoever holds it gets to these events (possibly this thread, when a garbage collection
+    inside memory_stats() runs a finalizer that allocates).
+    """
+    if _stats_lock.acquire(blocking=False):
+        try:
+            _fold(ordinal)
+        finally:
+            _stats_lock.release()
 
 
 def _record_alloc(ordinal: int, nbytes: int) -> None:
-    with _stats_lock:
-        s = _stats.setdefault(ordinal, _Stats())
-        s.current_bytes += nbytes
-        s.peak_bytes = max(s.peak_bytes, s.current_bytes)
-        s.allocation_count += 1
-        s.active_allocations += 1
-        s.allocated_bytes_total += nbytes
+    log = _logs.get(ordinal)
+    if log is None:
+        log = _log(ordinal)
+    log.append(nbytes)
+    if len(log) > _FOLD_AT:
+        _fold_soon(ordinal)
 
 
 def _record_free(ordinal: int, nbytes: int) -> None:
-    with _stats_lock:
-        s = _stats.setdefault(ordinal, _Stats())
-        s.current_bytes -= nbytes
-        s.deallocation_count += 1
-        s.active_allocations -= 1
+    # Frees never fold: there are no more of them than allocations, which do.
+    log = _logs.get(ordinal)
+    if log is None:
+        log = _log(ordinal)
+    log.append(-nbytes)
 
 
 def memory_stats(device: int | Device | None = None) -> dict[str, int]:
@@ -96,8 +155,7 @@ def memory_stats(device: int | Device | None = None) -> dict[str, int]:
     """
     dev = current_device() if device is None else Device(device)
     with _stats_lock:
-        s = _stats.get(dev.ordinal, _Stats())
-        out = dict(vars(s))
+        out = dict(vars(_fold(dev.ordinal)))
     resource = _resources.get(dev.ordinal)
     if isinstance(resource, AsyncMemoryResource):
         out.update(resource.pool_usage())
@@ -108,7 +166,7 @@ def reset_peak_memory_stats(device: int | Device | None = None) -> None:
     """Set ``peak_bytes`` to the current usage of ``device`` (default: current)."""
     dev = current_device() if device is None else Device(device)
     with _stats_lock:
-        s = _stats.setdefault(dev.ordinal, _Stats())
+        s = _fold(dev.ordinal)
         s.peak_bytes = s.current_bytes
 
 
@@ -127,26 +185,40 @@ class MemoryResource:
             OutOfMemoryError: when the device cannot satisfy the request; nothing is leaked and
                 the process stays usable.
         """
-        nbytes = _check_nbytes(nbytes, "allocate")
+        if type(nbytes) is not int or nbytes <= 0:
+            nbytes = _check_nbytes(nbytes, "allocate")
+        device = self.device
         if stream is None:
-            stream = current_stream(self.device)
-        elif stream.device is not self.device:
+            stream = current_stream(device)
+        elif stream.device is not device:
             raise ValueError(
                 f"allocate: stream is on cuda:{stream.device.ordinal}, memory resource on "
-                f"cuda:{self.device.ordinal}"
+                f"cuda:{device.ordinal}"
             )
         if nbytes == 0:
-            return Buffer._adopt(0, 0, self.device, stream, None)
-        activate(self.device)
+            return Buffer._adopt(0, 0, device, stream, None)
+        if getattr(_device_tls, "active", None) is not device:
+            activate(device)
         try:
             ptr = self._alloc(nbytes, stream)
         except CudaError as exc:
             if not is_out_of_memory(exc):
                 raise
-            free, total = self.device.mem_info()
-            raise OutOfMemoryError(nbytes, free, total, self.device.ordinal, exc.call) from None
-        _record_alloc(self.device.ordinal, nbytes)
-        return Buffer._adopt(ptr, nbytes, self.device, stream, self)
+            free, total = device.mem_info()
+            raise OutOfMemoryError(nbytes, free, total, device.ordinal, exc.call) from None
+        log = _logs.get(device.ordinal)  # _record_alloc, inline
+        if log is None:
+            log = _log(device.ordinal)
+        log.append(nbytes)
+        if len(log) > _FOLD_AT:
+            _fold_soon(device.ordinal)
+        buf = _new_object(Buffer)
+        buf.ptr = ptr
+        buf.nbytes = nbytes
+        buf.device = device
+        buf.stream = stream
+        buf._resource = self
+        return buf
 
     def _alloc(self, nbytes: int, stream: Stream) -> int:
         raise NotImplementedError
@@ -173,11 +245,13 @@ class AsyncMemoryResource(MemoryResource):
             driver.cuuint64_t(threshold),
         )
 
+    # The driver is called directly (not through ``cu``): a resource exists, so the driver is
+    # initialized, and these two calls are on the path of every array op.
     def _alloc(self, nbytes: int, stream: Stream) -> int:
-        return int(cu.cuMemAllocAsync(nbytes, stream.handle))
+        return int(check(driver.cuMemAllocAsync(nbytes, stream.handle), "cuMemAllocAsync"))
 
     def _free(self, ptr: int, stream: Stream) -> None:
-        cu.cuMemFreeAsync(ptr, stream.handle)
+        check(driver.cuMemFreeAsync(ptr, stream.handle), "cuMemFreeAsync")
 
     def pool_usage(self) -> dict[str, int]:
         """Bytes the pool has reserved from the driver and bytes it has handed out."""
@@ -250,11 +324,18 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
 
 
 def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream) -> None:
+    device = resource.device
     try:
-        activate(resource.device)
+        if getattr(_device_tls, "active", None) is not device:
+            activate(device)
         resource._free(ptr, stream)
     finally:
-        _record_free(resource.device.ordinal, nbytes)
+        _record_free(device.ordinal, nbytes)
+
+
+_new_object = object.__new__
+_FREED: Any = object()  # Buffer._resource once the memory has been freed
+_close_lock = threading.Lock()
 
 
 class Buffer:
@@ -269,38 +350,59 @@ class Buffer:
             another stream uses it.
 
     Buffers come from :func:`alloc` or :meth:`MemoryResource.allocate`; direct construction is
-    refused.
+    refused. Memory not freed with :meth:`close` is freed when the buffer is garbage-collected.
     """
 
-    __slots__ = ("ptr", "nbytes", "device", "stream", "_finalizer", "__weakref__")
+    # ``_resource``: the MemoryResource that frees the memory; None for an empty buffer (nothing
+    # to free), _FREED once freed.
+    __slots__ = ("ptr", "nbytes", "device", "stream", "_resource", "__weakref__")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Buffer:
         raise TypeError("Buffer cannot be constructed directly; use ignis.alloc(nbytes)")
 
     @classmethod
     def _adopt(
         cls, ptr: int, nbytes: int, device: Device, stream: Stream, resource: MemoryResource | None
     ) -> Buffer:
-        self = object.__new__(cls)
+        self = _new_object(cls)
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
         self.stream = stream
-        if resource is None:
-            self._finalizer = None
-        else:
-            self._finalizer = weakref.finalize(self, _free_buffer, resource, ptr, nbytes, stream)
+        self._resource = resource
         return self
+
+    def __del__(self, _is_finalizing: Any = sys.is_finalizing) -> None:
+        # Only the last reference can run this, so it never races with close(). (A cheaper
+        # fallback than weakref.finalize, whose bookkeeping would cost as much as the rest of
+        # an allocation.) The default argument survives module teardown at exit.
+        try:
+            resource = self._resource
+        except AttributeError:  # never initialized (built with object.__new__ by hand)
+            return
+        if resource is not None and resource is not _FREED:
+            self._resource = _FREED
+            try:
+                _free_buffer(resource, self.ptr, self.nbytes, self.stream)
+            except BaseException:
+                if not _is_finalizing():  # at exit the driver may already be gone: say nothing
+                    raise
 
     @property
     def closed(self) -> bool:
         """True once the memory has been freed."""
-        return self._finalizer is not None and not self._finalizer.alive
+        return self._resource is _FREED
 
     def close(self) -> None:
         """Free the memory now (stream-ordered on :attr:`stream`). Idempotent."""
-        if self._finalizer is not None:
-            self._finalizer()
+        with _close_lock:  # two threads closing at once: only one of them frees
+            resource = self._resource
+            if resource is not None and resource is not _FREED:
+                self._resource = _FREED
+            else:
+                resource = None
+        if resource is not None:
+            _free_buffer(resource, self.ptr, self.nbytes, self.stream)
         self.ptr = 0
 
     def record_stream(self, stream: Stream) -> None:
@@ -368,7 +470,10 @@ def alloc(nbytes: int, device: int | Device | None = None, stream: Stream | None
     ensure_driver()
     if device is None and stream is not None:
         device = stream.device
-    return get_memory_resource(device).allocate(nbytes, stream)
+    resource = _resources.get(device.ordinal) if type(device) is Device else None
+    if resource is None:
+        resource = get_memory_resource(device)
+    return resource.allocate(nbytes, stream)
 
 
 def _free_pinned(device: Device, ptr: int) -> None:

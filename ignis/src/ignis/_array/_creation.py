@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import _dtypes as dt
 from .._errors import DTypeError, ShapeError
-from . import _layout
+from .._memory import Buffer
+from . import _backend, _layout
 from ._backend import get_backend
 from ._device import ArrayDevice, as_device, get_default_device
 from .array import NvArray
@@ -38,21 +39,60 @@ def resolve_device(device: Any) -> ArrayDevice:
     return get_default_device() if device is None else as_device(device)
 
 
+# (shape, itemsize) -> (row-major strides, nbytes): every op result needs them.
+_CONTIGUOUS: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
+_CACHE_LIMIT = 4096
+_new_object = object.__new__
+
+
+def contiguous_layout(shape: tuple[int, ...], itemsize: int) -> tuple[tuple[int, ...], int]:
+    """``(row-major byte strides, nbytes)`` of a new array of ``shape`` (remembered)."""
+    key = (shape, itemsize)
+    try:
+        hit = _CONTIGUOUS.get(key)
+    except TypeError:  # not a tuple of ints: computed, not remembered
+        return _layout.contiguous_strides(shape, itemsize), _layout.numel(shape) * itemsize
+    if hit is None:
+        if len(_CONTIGUOUS) >= _CACHE_LIMIT:
+            _CONTIGUOUS.clear()
+        hit = _CONTIGUOUS[key] = (
+            _layout.contiguous_strides(shape, itemsize),
+            _layout.numel(shape) * itemsize,
+        )
+    return hit
+
+
 def _new(shape: tuple[int, ...], dtype: dt.DType, device: ArrayDevice) -> NvArray:
     """A new contiguous, uninitialized array (internal: arguments already normalized)."""
-    backend = get_backend(device)
-    itemsize = dtype.itemsize
-    storage = backend.alloc(_layout.numel(shape) * itemsize)
-    return NvArray._make(
-        storage,
-        0,
-        shape,
-        _layout.contiguous_strides(shape, itemsize),
-        dtype,
-        device,
-        backend,
-        backend.default_stream(),
-    )
+    strides, nbytes = contiguous_layout(shape, dtype.itemsize)
+    return _allocate(shape, strides, nbytes, dtype, device)
+
+
+def _allocate(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    nbytes: int,
+    dtype: dt.DType,
+    device: ArrayDevice,
+) -> NvArray:
+    """:func:`_new` with the layout already known (``strides``, ``nbytes`` from
+    :func:`contiguous_layout`): the allocation step of every op."""
+    backend = _backend._instances.get(device)  # get_backend(device), once it has been built
+    if backend is None:
+        backend = get_backend(device)
+    storage = backend.alloc(nbytes)
+    arr = _new_object(NvArray)
+    arr._storage = storage
+    arr._offset = 0
+    arr._shape = shape
+    arr._strides = strides
+    arr._dtype = dtype
+    arr._device = device
+    arr._backend = backend
+    # A device buffer was allocated on the stream the backend orders new arrays on (its current
+    # stream); reading it back saves asking the backend a second time.
+    arr._stream = storage.stream if storage.__class__ is Buffer else backend.default_stream()
+    return arr
 
 
 def empty(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:

@@ -87,6 +87,8 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> Shape:
 
 def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
     """True when the elements are dense in row-major order (size-1 dims may have any stride)."""
+    if len(shape) == 1:  # the common case, without the loop
+        return strides[0] == itemsize or shape[0] <= 1
     if 0 in shape:
         return True
     step = itemsize

@@ -170,7 +170,8 @@ def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
     # because they are the hot path of every operator.
     key = None
     if type(getattr(a, "dtype", None)) is dt.DType and type(getattr(b, "dtype", None)) is dt.DType:
-        key = (op, a.dtype, b.dtype, a.shape, b.shape)
+        # dtype names, not DTypes: DType.__hash__ is a Python method, a str hash is cached
+        key = (op, a.dtype.name, b.dtype.name, a.shape, b.shape)
         cached = _BINARY_CACHE.get(key)
         if cached is not None:
             return cached

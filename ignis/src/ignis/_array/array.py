@@ -94,16 +94,16 @@ class NvArray:
         return self
 
     def _view(self, offset: int, shape: Shape, strides: Shape) -> NvArray:
-        return NvArray._make(
-            self._storage,
-            offset,
-            shape,
-            strides,
-            self._dtype,
-            self._device,
-            self._backend,
-            self._stream,
-        )
+        view = _new_object(NvArray)
+        view._storage = self._storage
+        view._offset = offset
+        view._shape = shape
+        view._strides = strides
+        view._dtype = self._dtype
+        view._device = self._device
+        view._backend = self._backend
+        view._stream = self._stream
+        return view
 
     # --- attributes ----------------------------------------------------------------------------
 
@@ -166,7 +166,7 @@ class NvArray:
     @property
     def T(self) -> NvArray:
         """The transpose (all axes reversed), a view."""
-        return self.transpose()
+        return self._view(self._offset, self._shape[::-1], self._strides[::-1])
 
     @property
     def mT(self) -> NvArray:
@@ -377,17 +377,32 @@ class NvArray:
 
         A view when the layout allows, otherwise a copy. Example: ``a.reshape(2, -1)``.
         """
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = shape[0]
+        if len(shape) == 1 and shape[0].__class__ is not int:
+            if not isinstance(shape[0], (int, np.integer)):
+                shape = shape[0]
+        # Views of the same layout reshaped the same way are common (every layer of a model):
+        # the outcome is remembered per (request, shape, strides, itemsize), for requests made
+        # of plain ints only (a float or bool must still be refused by the full path).
+        key = None
+        if shape.__class__ is tuple and _all_ints(shape):
+            key = (shape, self._shape, self._strides, self._dtype.itemsize)
+            hit = _reshapes.get(key)
+            if hit is not None:
+                return self._view(self._offset, hit[0], hit[1])
         dims = _layout.normalize_shape_allow_unknown(shape, "reshape")
         new_shape = _layout.infer_reshape(self.numel, dims, self._shape, "reshape")
         if new_shape == self._shape:
-            return self._view(self._offset, self._shape, self._strides)
-        strides = _layout.reshape_strides(self._shape, self._strides, new_shape, self.itemsize)
-        if strides is None:
-            base = self.clone()
-            strides = _layout.contiguous_strides(new_shape, self.itemsize)
-            return base._view(base._offset, new_shape, strides)
+            strides = self._strides
+        else:
+            strides = _layout.reshape_strides(self._shape, self._strides, new_shape, self.itemsize)
+            if strides is None:
+                base = self.clone()
+                strides = _layout.contiguous_strides(new_shape, self.itemsize)
+                return base._view(base._offset, new_shape, strides)
+        if key is not None:
+            if len(_reshapes) >= _CACHE_LIMIT:
+                _reshapes.clear()
+            _reshapes[key] = (new_shape, strides)
         return self._view(self._offset, new_shape, strides)
 
     def transpose(self, *axes: Any) -> NvArray:
@@ -395,6 +410,8 @@ class NvArray:
 
         Example: ``a.transpose(1, 0, 2)`` or ``a.transpose((1, 0, 2))``.
         """
+        if not axes:
+            return self._view(self._offset, self._shape[::-1], self._strides[::-1])
         if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
             axes = tuple(axes[0])
         if not axes:
@@ -503,46 +520,46 @@ class NvArray:
     # --- operators -----------------------------------------------------------------------------
 
     def __add__(self, other: Any) -> NvArray:
-        return _ops.add(self, other)
+        return _ops._binary("add", self, other)
 
     def __radd__(self, other: Any) -> NvArray:
-        return _ops.add(other, self)
+        return _ops._binary("add", other, self)
 
     def __iadd__(self, other: Any) -> NvArray:
         return _ops._inplace("add", self, other, "__iadd__")
 
     def __sub__(self, other: Any) -> NvArray:
-        return _ops.subtract(self, other)
+        return _ops._binary("subtract", self, other)
 
     def __rsub__(self, other: Any) -> NvArray:
-        return _ops.subtract(other, self)
+        return _ops._binary("subtract", other, self)
 
     def __isub__(self, other: Any) -> NvArray:
         return _ops._inplace("subtract", self, other, "__isub__")
 
     def __mul__(self, other: Any) -> NvArray:
-        return _ops.multiply(self, other)
+        return _ops._binary("multiply", self, other)
 
     def __rmul__(self, other: Any) -> NvArray:
-        return _ops.multiply(other, self)
+        return _ops._binary("multiply", other, self)
 
     def __imul__(self, other: Any) -> NvArray:
         return _ops._inplace("multiply", self, other, "__imul__")
 
     def __truediv__(self, other: Any) -> NvArray:
-        return _ops.divide(self, other)
+        return _ops._binary("divide", self, other)
 
     def __rtruediv__(self, other: Any) -> NvArray:
-        return _ops.divide(other, self)
+        return _ops._binary("divide", other, self)
 
     def __itruediv__(self, other: Any) -> NvArray:
         return _ops._inplace("divide", self, other, "__itruediv__")
 
     def __pow__(self, other: Any) -> NvArray:
-        return _ops.power(self, other)
+        return _ops._binary("power", self, other)
 
     def __rpow__(self, other: Any) -> NvArray:
-        return _ops.power(other, self)
+        return _ops._binary("power", other, self)
 
     def __ipow__(self, other: Any) -> NvArray:
         return _ops._inplace("power", self, other, "__ipow__")
@@ -573,16 +590,16 @@ class NvArray:
         return _ops.not_equal(self, other)
 
     def __lt__(self, other: Any) -> NvArray:
-        return _ops.less(self, other)
+        return _ops._binary("less", self, other)
 
     def __le__(self, other: Any) -> NvArray:
-        return _ops.less_equal(self, other)
+        return _ops._binary("less_equal", self, other)
 
     def __gt__(self, other: Any) -> NvArray:
-        return _ops.greater(self, other)
+        return _ops._binary("greater", self, other)
 
     def __ge__(self, other: Any) -> NvArray:
-        return _ops.greater_equal(self, other)
+        return _ops._binary("greater_equal", self, other)
 
     # --- method forms of the functions ---------------------------------------------------------
 
@@ -630,6 +647,19 @@ class NvArray:
 
     def matmul(self, other: NvArray, **kwargs: Any) -> NvArray:
         return _ops.matmul(self, other, **kwargs)
+
+
+_new_object = object.__new__
+_CACHE_LIMIT = 4096
+# (request, shape, strides, itemsize) -> (new shape, new strides) of reshapes that gave a view
+_reshapes: dict[tuple[Any, ...], tuple[Shape, Shape]] = {}
+
+
+def _all_ints(values: tuple[Any, ...]) -> bool:
+    for v in values:
+        if v.__class__ is not int:
+            return False
+    return True
 
 
 def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:

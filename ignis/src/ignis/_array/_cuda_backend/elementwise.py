@@ -143,12 +143,18 @@ def _kernel(
     return kernel
 
 
-def _grid(backend: Any, items: int, per_block: int) -> int:
-    """Blocks for ``items`` work items, ``per_block`` per block: at least 1, at most a few waves."""
+def _grid_cap(backend: Any) -> int:
+    """The most blocks a grid gets on the backend's device (a few waves; remembered)."""
     ordinal = backend.gpu.ordinal
     cap = _grid_caps.get(ordinal)
     if cap is None:
         cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
+    return cap
+
+
+def _grid(backend: Any, items: int, per_block: int) -> int:
+    """Blocks for ``items`` work items, ``per_block`` per block: at least 1, at most a few waves."""
+    cap = _grid_caps.get(backend.gpu.ordinal) or _grid_cap(backend)
     blocks = (items + per_block - 1) // per_block
     return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
@@ -198,6 +204,47 @@ def _plan(arrays: list[NvArray]) -> int:
         if (x._storage.ptr + x._offset) % (v * x._dtype.itemsize):
             return 1
     return v
+
+
+def _width(out: NvArray, po: int, x: NvArray, px: int, y: NvArray | None, py: int) -> int:
+    """:func:`_plan` for ``out`` and one or two operands (``y`` None: one), without building a
+    list: the path of every unary and binary op. ``po``, ``px``, ``py`` are the first-element
+    addresses. An operand with ``out``'s strides and element size is dense exactly when ``out``
+    is (operands have ``out``'s shape), which spares the layout check in the common case."""
+    shape = out._shape
+    strides = out._strides
+    size = out._dtype.itemsize
+    if len(shape) == 1:
+        if strides[0] != size and shape[0] != 1:
+            return 0
+    elif not _dense(out):
+        return 0
+    widest = size
+    xs = x._dtype.itemsize
+    if xs != size or x._strides != strides:
+        if not _dense(x):
+            return 0
+        if xs > widest:
+            widest = xs
+    ys = 0
+    if y is not None:
+        ys = y._dtype.itemsize
+        if ys != size or y._strides != strides:
+            if not _dense(y):
+                return 0
+            if ys > widest:
+                widest = ys
+    v = 16 // widest
+    if po % (v * size) or px % (v * xs) or (ys and py % (v * ys)):
+        return 1
+    return v
+
+
+def _contig_grid(backend: Any, ordinal: int, n: int, v: int) -> int:
+    """``_grid(backend, n // v, BLOCK * CONTIG_UNROLL)`` with the cap looked up inline."""
+    cap = _grid_caps.get(ordinal) or _grid_cap(backend)
+    blocks = (n // v + (BLOCK * CONTIG_UNROLL - 1)) // (BLOCK * CONTIG_UNROLL)
+    return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
 
 def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tuple[Any, ...]:
@@ -258,26 +305,27 @@ def unary(
         if functor is None:
             raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
     shape = out._shape
-    n = _numel(shape)
+    n = shape[0] if len(shape) == 1 else _numel(shape)
     if n == 0:
         return
     od, xd = out._dtype, x._dtype
     ordinal = backend.gpu.ordinal
-    v = _plan([out, x])
+    po = out._storage.ptr + out._offset
+    px = x._storage.ptr + x._offset
+    v = _width(out, po, x, px, None, 0)
     if v:
         key = ("unary", functor, compute.name, od.name, xd.name, v, ordinal)
-        kernel = _kernels.get(key) or _kernel(
-            backend,
-            key,
-            SOURCE,
-            "unary_contig",
-            (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], v),
-        )
+        kernel = _kernels.get(key)
+        if kernel is None:
+            kernel = _kernel(
+                backend,
+                key,
+                SOURCE,
+                "unary_contig",
+                (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], v),
+            )
         kernel.launch(
-            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
-            BLOCK,
-            [_ptr(out), _ptr(x), n],
-            stream=backend.stream,
+            _contig_grid(backend, ordinal, n, v), BLOCK, [po, px, n], stream=backend.stream
         )
         return
     layout = _layout(shape, [out._strides, x._strides])
@@ -303,29 +351,32 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
     if functor is None:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {list(BINARY_OPS)}")
     shape = out._shape
-    n = _numel(shape)
+    n = shape[0] if len(shape) == 1 else _numel(shape)
     if n == 0:
         return
     a_value = a.__class__ in _SCALARS
     b_value = b.__class__ in _SCALARS
     cname = compute.name
     zero = _ZERO_N[cname]
-    if a_value:
+    po = out._storage.ptr + out._offset
+    if not (a_value or b_value):  # two arrays, the path of ``x + y``
+        form, ta, tb, ka, kb = 0, a._dtype, b._dtype, a._dtype.name, b._dtype.name
+        sa, sb, pa, pb = zero, zero, a._storage.ptr + a._offset, b._storage.ptr + b._offset
+        v = _width(out, po, a, pa, b, pb)
+    elif a_value:
         if b_value:
             raise TypeError(f"{op}: at least one operand must be an array, got two scalars")
-        form, arrays, ta, tb = 1, [out, b], None, b._dtype
-        sa, sb, pa, pb = _PYTYPE_N[cname](a), zero, 0, _ptr(b)
-    elif b_value:
-        form, arrays, ta, tb = 2, [out, a], a._dtype, None
-        sa, sb, pa, pb = zero, _PYTYPE_N[cname](b), _ptr(a), 0
+        form, ta, tb, ka, kb = 1, None, b._dtype, None, b._dtype.name
+        sa, sb, pa, pb = _PYTYPE_N[cname](a), zero, 0, b._storage.ptr + b._offset
+        v = _width(out, po, b, pb, None, 0)
     else:
-        form, arrays, ta, tb = 0, [out, a, b], a._dtype, b._dtype
-        sa, sb, pa, pb = zero, zero, _ptr(a), _ptr(b)
+        form, ta, tb, ka, kb = 2, a._dtype, None, a._dtype.name, None
+        sa, sb, pa, pb = zero, _PYTYPE_N[cname](b), a._storage.ptr + a._offset, 0
+        v = _width(out, po, a, pa, None, 0)
     od = out._dtype
     ordinal = backend.gpu.ordinal
-    v = _plan(arrays)
     if v:
-        key = ("binary", op, cname, od.name, ta and ta.name, tb and tb.name, form, v, ordinal)
+        key = ("binary", op, cname, od.name, ka, kb, form, v, ordinal)
         kernel = _kernels.get(key)
         if kernel is None:
             w = _WORK[compute]
@@ -337,9 +388,9 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, v),
             )
         kernel.launch(
-            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            _contig_grid(backend, ordinal, n, v),
             BLOCK,
-            [out._storage.ptr + out._offset, pa, pb, sa, sb, n],
+            [po, pa, pb, sa, sb, n],
             stream=backend.stream,
         )
         return
@@ -434,15 +485,16 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
     shape = dst._shape
     if src._shape != shape:
         raise ShapeError(f"copy: source shape {src._shape} differs from destination shape {shape}")
-    n = _numel(shape)
+    n = shape[0] if len(shape) == 1 else _numel(shape)
     if n == 0:
         return
     od, sd = dst._dtype, src._dtype
     ordinal = backend.gpu.ordinal
-    v = _plan([dst, src])
+    pd = dst._storage.ptr + dst._offset
+    ps = src._storage.ptr + src._offset
+    v = _width(dst, pd, src, ps, None, 0)
     if v:
         if od is sd:
-            pd, ps = _ptr(dst), _ptr(src)
             if pd != ps:  # else: the identical view, nothing to do
                 stream = backend.stream
                 activate(backend.gpu)
@@ -453,10 +505,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
             backend, key, SOURCE, "copy_contig", (_CTYPE[od], _CTYPE[sd], v)
         )
         kernel.launch(
-            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
-            BLOCK,
-            [_ptr(dst), _ptr(src), n],
-            stream=backend.stream,
+            _contig_grid(backend, ordinal, n, v), BLOCK, [pd, ps, n], stream=backend.stream
         )
         return
     plan = _transpose_plan(shape, dst._strides, src._strides, od.itemsize, sd.itemsize)
