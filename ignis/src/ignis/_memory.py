@@ -116,11 +116,9 @@ def _fold(ordinal: int) -> _Stats:
 
 
 def _fold_soon(ordinal: int) -> None:
-    """Fold a long log, unless someone is folding already: never wait for the lock here.
-
-    Whoever holds it gets to these events (possibly this thread, when a garbage collection
-    inside memory_stats() runs a finalizer that allocates).
-    """
+    """Fold a long log unless the lock is taken: never wait for it here (its holder may be
+    this very thread, when a garbage collection inside memory_stats() runs a finalizer that
+    allocates). Events left over stay pending for the next fold; none is lost."""
     if _stats_lock.acquire(blocking=False):
         try:
             _fold(ordinal)
@@ -128,17 +126,9 @@ def _fold_soon(ordinal: int) -> None:
             _stats_lock.release()
 
 
-def _record_alloc(ordinal: int, nbytes: int) -> None:
-    log = _logs.get(ordinal)
-    if log is None:
-        log = _log(ordinal)
-    log.append(nbytes)
-    if len(log) > _FOLD_AT:
-        _fold_soon(ordinal)
-
-
 def _record_free(ordinal: int, nbytes: int) -> None:
-    # Frees never fold: there are no more of them than allocations, which do.
+    # (Allocations are recorded inline in MemoryResource.allocate, and fold a long log; frees
+    # never fold: there are no more of them than allocations.)
     log = _logs.get(ordinal)
     if log is None:
         log = _log(ordinal)
@@ -206,7 +196,7 @@ class MemoryResource:
                 raise
             free, total = device.mem_info()
             raise OutOfMemoryError(nbytes, free, total, device.ordinal, exc.call) from None
-        log = _logs.get(device.ordinal)  # _record_alloc, inline
+        log = _logs.get(device.ordinal)  # recorded (see _Stats)
         if log is None:
             log = _log(device.ordinal)
         log.append(nbytes)

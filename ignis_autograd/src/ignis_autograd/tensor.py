@@ -109,7 +109,8 @@ def _keep_shape(shape: tuple[int, ...], axis: Any) -> tuple[tuple[int, ...], tup
         axes = tuple(sorted(operator.index(a) % nd for a in axis))
     else:
         axes = (operator.index(axis) % nd,)
-    return axes, tuple(1 if i in axes else d for i, d in enumerate(shape))
+    # A list, not a generator: this keeps CPython's tuple free lists out of the memory-growth tests.
+    return axes, tuple([1 if i in axes else d for i, d in enumerate(shape)])
 
 
 def _check_float(dtype: Any, op: str) -> None:

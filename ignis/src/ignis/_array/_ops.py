@@ -189,7 +189,37 @@ def _check_out(op: str, out: Any, shape: tuple[int, ...], dtype: dt.DType, devic
 # --- elementwise -------------------------------------------------------------------------------
 
 
+# Plans: what an op's rule decided for one (op, dtypes, shapes) combination, so that a repeated
+# call skips the rule, the dtype promotion and the layout arithmetic and goes straight to
+# allocating the output and calling the backend. Keys hold dtype *names*: DType.__hash__ is a
+# Python method, a str hashes from its cache. A plan is made only after the rule accepted its
+# operands, so every error still comes from the rule, with its message.
+_PLAN_LIMIT = 4096
+_unary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_binary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_reduce_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_WEAK = frozenset((bool, int, float))  # Python scalars, as the fast paths see them (exact types)
+
+
+def _remember(plans: dict[Any, tuple[Any, ...]], key: Any, plan: tuple[Any, ...]) -> None:
+    if len(plans) >= _PLAN_LIMIT:
+        plans.clear()
+    plans[key] = plan
+
+
 def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
+    if x.__class__ is NvArray:
+        key = (op, x._dtype.name, x._shape)
+        plan = _unary_plans.get(key)
+        if plan is None:
+            spec = sem.unary(op, x._shape, x._dtype)
+            layout = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
+            plan = (spec.compute, spec.dtype, *layout)
+            _remember(_unary_plans, key, plan)
+        compute, dtype, strides, nbytes = plan
+        out = _creation._allocate(x._shape, strides, nbytes, dtype, x._device)
+        x._backend.unary(op, out, x, compute, params or {})
+        return out
     x = _require_array(x, op)
     spec = sem.unary(op, x._shape, x._dtype)
     out = _creation._new(spec.shape, spec.dtype, x._device)
@@ -198,12 +228,70 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
 
 
 def _binary(op: str, a: Any, b: Any) -> NvArray:
+    # Fast path: two arrays on the same device object, or an array and a Python scalar, whose
+    # (op, dtypes, shapes) has been seen before.
+    ca, cb = a.__class__, b.__class__
+    if ca is NvArray:
+        if cb is NvArray:
+            if a._device is b._device:
+                key = (op, a._dtype.name, b._dtype.name, a._shape, b._shape)
+                plan = _binary_plans.get(key)
+                if plan is not None:
+                    compute, shape, strides, nbytes, dtype, a_view, b_view, _ = plan
+                    out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
+                    if a_view:
+                        a = _broadcast(a, shape, op)
+                    if b_view:
+                        b = _broadcast(b, shape, op)
+                    a._backend.binary(op, out, a, b, compute)
+                    return out
+                return _binary_slow(op, a, b, key)
+        elif cb in _WEAK:
+            key = (op, a._dtype.name, cb, a._shape, None)
+            plan = _binary_plans.get(key)
+            if plan is not None:
+                compute, shape, strides, nbytes, dtype, a_view, _, check_int = plan
+                if check_int:
+                    dt.check_scalar_fits(b, compute, op)
+                out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
+                if a_view:
+                    a = _broadcast(a, shape, op)
+                a._backend.binary(op, out, a, b, compute)
+                return out
+            return _binary_slow(op, a, b, key)
+    elif cb is NvArray and ca in _WEAK:
+        key = (op, ca, b._dtype.name, None, b._shape)
+        plan = _binary_plans.get(key)
+        if plan is not None:
+            compute, shape, strides, nbytes, dtype, _, b_view, check_int = plan
+            if check_int:
+                dt.check_scalar_fits(a, compute, op)
+            out = _creation._allocate(shape, strides, nbytes, dtype, b._device)
+            if b_view:
+                b = _broadcast(b, shape, op)
+            b._backend.binary(op, out, a, b, compute)
+            return out
+        return _binary_slow(op, a, b, key)
+    return _binary_slow(op, a, b, None)
+
+
+def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
+    """:func:`_binary` in full; remembers the plan under ``key`` (unless None)."""
     a, b = _operand(a, op), _operand(b, op)
     arrays = [x for x in (a, b) if isinstance(x, NvArray)]
     if not arrays:
         raise TypeError(f"{op}: at least one operand must be an NvArray, got two scalars")
     first = _common_device(op, arrays)
     spec = sem.binary(op, a, b)
+    if key is not None:
+        # A Python int operand must be checked against an integer compute dtype on every call:
+        # whether it fits depends on its value, which the plan does not hold.
+        check_int = (a.__class__ is int or b.__class__ is int) and spec.compute.kind in "iu"
+        strides, nbytes = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
+        a_view = isinstance(a, NvArray) and a._shape != spec.shape
+        b_view = isinstance(b, NvArray) and b._shape != spec.shape
+        plan = (spec.compute, spec.shape, strides, nbytes, spec.dtype, a_view, b_view, check_int)
+        _remember(_binary_plans, key, plan)
     out = _creation._new(spec.shape, spec.dtype, first._device)
     first._backend.binary(
         op,
@@ -402,6 +490,25 @@ def clip(x: NvArray, min: Any = None, max: Any = None) -> NvArray:  # noqa: A002
 
 
 def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArray:
+    if (
+        x.__class__ is NvArray
+        and (axis is None or axis.__class__ is int)
+        and ddof.__class__ is int
+        and (keepdims is False or keepdims is True)
+    ):
+        key = (op, x._dtype.name, x._shape, axis, keepdims, ddof)
+        plan = _reduce_plans.get(key)
+        if plan is None:
+            spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof)
+            itemsize = spec.dtype.itemsize
+            keep_strides, nbytes = _creation.contiguous_layout(spec.keep_shape, itemsize)
+            strides = _creation.contiguous_layout(spec.shape, itemsize)[0]
+            plan = (spec, keep_strides, nbytes, strides)
+            _remember(_reduce_plans, key, plan)
+        spec, keep_strides, nbytes, strides = plan
+        out = _creation._allocate(spec.keep_shape, keep_strides, nbytes, spec.dtype, x._device)
+        x._backend.reduce(op, out, x, spec.axes, spec.accumulate, {"ddof": ddof})
+        return out if keepdims else out._view(0, spec.shape, strides)
     x = _require_array(x, op)
     spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof)
     out = _creation._new(spec.keep_shape, spec.dtype, x._device)
