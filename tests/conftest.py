@@ -24,3 +24,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _devices() -> list:
+    params: list = ["cpu"]
+    if HAS_GPU:
+        params.append(pytest.param("cuda:0", marks=pytest.mark.gpu))
+    return params
+
+
+@pytest.fixture(params=_devices())
+def device(request: pytest.FixtureRequest) -> str:
+    """Each available array device: "cpu" always, "cuda:0" (marked gpu) where a GPU exists."""
+    return request.param
