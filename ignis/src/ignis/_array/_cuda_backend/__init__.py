@@ -21,6 +21,7 @@ from ..._memory import Buffer, alloc, memcpy
 from ..._stream import Event, Stream, current_stream
 from .._backend import Backend
 from .._device import ArrayDevice
+from . import elementwise, matmul, reduction  # bound once: the hooks run on every op
 
 if TYPE_CHECKING:
     from ..._dtypes import DType
@@ -122,63 +123,41 @@ class CudaBackend(Backend):
     # --- elementwise ---------------------------------------------------------------------------
 
     def copy(self, dst: NvArray, src: NvArray) -> None:
-        from . import elementwise
-
         elementwise.copy(self, dst, src)
 
     def fill(self, dst: NvArray, value: Any) -> None:
-        from . import elementwise
-
         elementwise.fill(self, dst, value)
 
     def unary(self, op: str, out: NvArray, x: NvArray, compute: DType, params: dict[str, Any]) -> None:
-        from . import elementwise
-
         elementwise.unary(self, op, out, x, compute, params)
 
     def binary(self, op: str, out: NvArray, a: Any, b: Any, compute: DType) -> None:
-        from . import elementwise
-
         elementwise.binary(self, op, out, a, b, compute)
 
     def where(self, out: NvArray, cond: Any, a: Any, b: Any, compute: DType) -> None:
-        from . import elementwise
-
         elementwise.where(self, out, cond, a, b, compute)
 
     def arange(self, out: NvArray, start: float, step: float) -> None:
-        from . import elementwise
-
         elementwise.arange(self, out, start, step)
 
     def random(self, kind: str, out: NvArray, seed: int, offset: int, params: dict[str, Any]) -> None:
-        from . import elementwise
-
         elementwise.random(self, kind, out, seed, offset, params)
 
     # --- reductions ----------------------------------------------------------------------------
 
     def reduce(self, op: str, out: NvArray, x: NvArray, axes: tuple[int, ...], accumulate: DType,
                params: dict[str, Any]) -> None:
-        from . import reduction
-
         reduction.reduce(self, op, out, x, axes, accumulate, params)
 
     def arg_reduce(self, op: str, out: NvArray, x: NvArray, axis: int | None) -> None:
-        from . import reduction
-
         reduction.arg_reduce(self, op, out, x, axis)
 
     def softmax(self, out: NvArray, x: NvArray, axis: int, log: bool) -> None:
-        from . import reduction
-
         reduction.softmax(self, out, x, axis, log)
 
     # --- matmul --------------------------------------------------------------------------------
 
     def matmul(self, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
-        from . import matmul
-
         matmul.matmul(self, out, a, b, alpha, beta)
 
 
