@@ -122,6 +122,8 @@ from ._array import (
     zeros_like,
 )
 
+from . import nn  # noqa: E402  (after NvArray: the nn kernels build on it)
+
 __version__ = "0.1.0"
 
 logger = logging.getLogger("ignis")

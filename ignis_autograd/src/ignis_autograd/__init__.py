@@ -16,6 +16,7 @@ Public names: :class:`Tensor`, :class:`Tape`, :class:`Device`, :class:`no_grad`,
 from __future__ import annotations
 
 from ._errors import AutogradError, GradcheckError, GraphFreedError
+from .attention import scaled_dot_product_attention
 from .checkpoint import checkpoint
 from .device import Device, DeviceProperties
 from .functional import (
@@ -114,4 +115,5 @@ __all__ = [
     "rms_norm",
     "embedding",
     "dropout",
+    "scaled_dot_product_attention",
 ]

@@ -185,6 +185,26 @@ class Backend(abc.ABC):
         """Storage over foreign memory ``[ptr, ptr + nbytes)`` kept alive by ``owner``."""
         raise NotImplementedError
 
+    # --- neural-network families (ignis.nn). Hooks raise NotImplementedError until a backend ----
+    # --- implements them. One section per family; each family's semantics live in its own
+    # --- front-end module (see ignis/nn.py).
+
+    # --- [indexing] take / index_add / dropout / rope (front end: _indexing.py, _nn_dropout_rope.py)
+
+    # --- [end indexing]
+
+    # --- [norm-loss] layer_norm / rms_norm / cross_entropy (front end: _nn_norm.py, _nn_loss.py)
+
+    # --- [end norm-loss]
+
+    # --- [attention] flash attention / decode attention (front end: _nn_attention.py)
+
+    # --- [end attention]
+
+    # --- [optim] multi-tensor optimizer kernels (front end: _nn_optim.py)
+
+    # --- [end optim]
+
     # --- interop stream hand-off (no-ops where there are no streams) ----------------------------
 
     def cai_stream(self, arr: NvArray) -> int | None:

@@ -225,6 +225,25 @@ class CpuBackend(Backend):
             host_view(out)[...] = res
 
 
+    # --- neural-network families: each section delegates to its family module ------------------
+
+    # --- [indexing]
+
+    # --- [end indexing]
+
+    # --- [norm-loss]
+
+    # --- [end norm-loss]
+
+    # --- [attention]
+
+    # --- [end attention]
+
+    # --- [optim]
+
+    # --- [end optim]
+
+
 class _HostMemory:
     """Exposes foreign host memory as a NumPy buffer and keeps its owner alive."""
 

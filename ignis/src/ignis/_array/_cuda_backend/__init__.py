@@ -161,6 +161,25 @@ class CudaBackend(Backend):
         matmul.matmul(self, out, a, b, alpha, beta)
 
 
+    # --- neural-network families: each section delegates to its family module ------------------
+
+    # --- [indexing]
+
+    # --- [end indexing]
+
+    # --- [norm-loss]
+
+    # --- [end norm-loss]
+
+    # --- [attention]
+
+    # --- [end attention]
+
+    # --- [optim]
+
+    # --- [end optim]
+
+
 class _ForeignStorage:
     """Device memory owned by another library (DLPack / CUDA array interface import).
 
