@@ -25,6 +25,7 @@ from ._array._cuda_backend.matmul import (
     set_cublas_enabled,
 )
 from ._graph import Graph
+from ._graph_pool import GraphPool
 from ._kernel import Kernel, compile_kernel
 from ._memory import (
     AsyncMemoryResource,

@@ -60,6 +60,7 @@ from .functional import (
     where,
 )
 from .gradcheck import gradcheck
+from .graphs import CapturedStep, capture_step
 from .tape import Tape, enable_grad, no_grad
 from .tensor import Tensor
 
@@ -74,6 +75,8 @@ __all__ = [
     "enable_grad",
     "gradcheck",
     "checkpoint",
+    "capture_step",
+    "CapturedStep",
     "AutogradError",
     "GraphFreedError",
     "GradcheckError",

@@ -1,0 +1,116 @@
+"""capture_step: a whole training step recorded into a CUDA graph equals the eager step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ignis
+import ignis_autograd as ag
+from ignis_autograd import AutogradError, Tensor, capture_step
+
+LR = 0.05
+
+
+def _params(device: str, seed: int = 3) -> list[Tensor]:
+    rng = np.random.default_rng(seed)
+    shapes = [(64, 32), (32,), (32, 10), (10,)]
+    return [
+        Tensor.from_host(rng.standard_normal(s).astype(np.float32) * 0.3, device=device,
+                         requires_grad=True)
+        for s in shapes
+    ]
+
+
+def _batches(device: str, n: int) -> list[tuple[ignis.NvArray, ignis.NvArray]]:
+    rng = np.random.default_rng(11)
+    return [
+        (ignis.asarray(rng.standard_normal((128, 64)).astype(np.float32), device=device),
+         ignis.asarray(rng.standard_normal((128, 10)).astype(np.float32), device=device))
+        for _ in range(n)
+    ]
+
+
+def _make_step(params: list[Tensor]):
+    w1, b1, w2, b2 = params
+
+    def train_step(x, t):
+        for p in params:
+            p.zero_grad()
+        h = (ag.Tensor(x) @ w1).add_bias(b1).tanh()
+        loss = (((h @ w2).add_bias(b2) - t) ** 2).mean()
+        loss.backward()
+        for p in params:
+            p.data -= LR * p.grad  # in place: the captured kernels keep their addresses
+        return loss.detach()
+
+    return train_step
+
+
+def test_capture_step_refuses_the_cpu_and_bad_arguments():
+    x = ignis.zeros((2, 2), device="cpu")
+    with pytest.raises(ValueError, match="capture_step: CUDA graphs need a CUDA device"):
+        capture_step(lambda a: a, x)
+    with pytest.raises(TypeError, match="capture_step: fn must be callable"):
+        capture_step(3, x)
+    with pytest.raises(ValueError, match="warmup must be >= 1"):
+        capture_step(lambda a: a, x, warmup=0)
+    with pytest.raises(TypeError, match="input 0 must be a Tensor or an NvArray"):
+        capture_step(lambda a: a, [1.0, 2.0])
+
+
+@pytest.mark.gpu
+def test_captured_training_steps_equal_eager_steps():
+    device = "cuda:0"
+    batches = _batches(device, 6)
+    eager_params, graph_params = _params(device), _params(device)
+    eager = _make_step(eager_params)
+    # The warm-up runs are real steps too: run them eagerly on the reference first.
+    for x, t in batches[:2]:
+        eager(x, t)
+    eager_losses = [float(eager(x, t).item()) for x, t in batches[2:]]
+
+    step = capture_step(_make_step(graph_params), *batches[0], warmup=1)
+    step(*batches[1])  # the warm-up used batch 0; replay batch 1 to stay in lockstep
+    graph_losses = []
+    for x, t in batches[2:]:
+        out = step(x, t)
+        graph_losses.append(float(out.item()))
+    assert step.num_nodes > 10
+    np.testing.assert_allclose(graph_losses, eager_losses, rtol=1e-5, atol=1e-7)
+    for pe, pg in zip(eager_params, graph_params, strict=False):
+        np.testing.assert_allclose(pg.to_host(), pe.to_host(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_captured_step_output_is_the_same_object_rewritten():
+    params = _params("cuda:0")
+    x, t = _batches("cuda:0", 1)[0]
+    step = capture_step(_make_step(params), x, t)
+    first = step(x, t)
+    v1 = float(first.item())
+    second = step(x, t)
+    assert second is first and float(second.item()) < v1  # it keeps learning the same batch
+
+
+@pytest.mark.gpu
+def test_a_host_synchronization_inside_the_step_is_a_clear_error():
+    x = ignis.random.randn((256,), device="cuda:0")
+
+    def syncing(a):
+        return float((a * 2.0).sum().item())  # .item() waits for the host: not capturable
+
+    with pytest.raises(AutogradError, match="host synchronization"):
+        capture_step(syncing, x, warmup=1)
+    assert float(ignis.ones((4,), device="cuda:0").sum().item()) == 4.0  # still usable
+
+
+@pytest.mark.gpu
+def test_replay_with_a_wrong_shape_is_refused():
+    params = _params("cuda:0")
+    x, t = _batches("cuda:0", 1)[0]
+    step = capture_step(_make_step(params), x, t, warmup=1)
+    with pytest.raises(ignis.ShapeError, match="captured with shape"):
+        step(x[:64], t[:64])
+    with pytest.raises(TypeError, match="expected 2 input"):
+        step(x)
