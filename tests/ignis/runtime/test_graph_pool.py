@@ -70,7 +70,7 @@ def test_spans_random_churn_keeps_blocks_disjoint():
 def test_pool_serves_arrays_and_reuses_freed_blocks(device):
     if device == "cpu":
         pytest.skip("GraphPool is a CUDA memory resource")
-    pool = ignis.GraphPool(0, chunk_bytes=1 << 20)
+    pool = ignis.GraphPool(0, chunk_bytes=4 << 20)
     with pool.active():
         a = ignis.random.randn((1000,), device=device)
         ptr = a.__cuda_array_interface__["data"][0]
@@ -81,7 +81,7 @@ def test_pool_serves_arrays_and_reuses_freed_blocks(device):
     assert ignis.get_memory_resource(0) is not pool
     c = ignis.ones((10,), device=device)  # back on the default allocator
     assert np.all(c.to_host() == 1) and np.all(b.to_host() == 0)
-    assert pool.reserved_bytes == 1 << 20
+    assert pool.reserved_bytes == 4 << 20
 
 
 @pytest.mark.gpu
