@@ -85,6 +85,23 @@ def _torch_dropout_mask(x: Any, p: float, seed: int) -> Any:
     return torch.from_numpy(u >= p)
 
 
+def _torch_rope(x: Any, offset: int, base: float = 10000.0) -> Any:
+    t = _tt()
+    d, s = x.shape[-1], x.shape[-2]
+    inv = base ** (-t.arange(0, d, 2, dtype=t.float64) / d)
+    ang = (t.arange(s, dtype=t.float64) + offset)[:, None] * inv
+    c, sn = ang.cos(), ang.sin()
+    x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    return t.cat([x0 * c - x1 * sn, x1 * c + x0 * sn], -1)
+
+
+def _torch_sdpa(q: Any, k: Any, v: Any, causal: bool) -> Any:
+    t = _tt()
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    mask = t.ones(n_q, n_k, dtype=t.bool).tril(n_k - n_q) if causal else None
+    return t.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
 S = (3, 4)
 CASES: list[Case] = [
     # arithmetic, broadcasting, scalars on either side
@@ -385,6 +402,30 @@ CASES: list[Case] = [
         lambda x: ag.dropout(x, 0.4, generator=_gen(7)),
         lambda x: _tt().where(_torch_dropout_mask(x, 0.4, 7), x / 0.6, 0.0),
         (Arg((6, 5)),),
+    ),
+    Case(
+        "take_index_array",
+        lambda w, i: w[i, 1:] * 1.5,
+        lambda w, i: w[i, 1:] * 1.5,
+        (Arg((5, 3)), Arg((2, 4), "int:5")),
+    ),
+    Case(
+        "rope",
+        lambda x: ag.rope(x, offset=2),
+        lambda x: _torch_rope(x, 2),
+        (Arg((2, 4, 6)),),
+    ),
+    Case(
+        "scaled_dot_product_attention",
+        lambda q, k, v: ag.scaled_dot_product_attention(q, k, v),
+        lambda q, k, v: _torch_sdpa(q, k, v, False),
+        (Arg((2, 5, 8)), Arg((2, 7, 8)), Arg((2, 7, 8))),
+    ),
+    Case(
+        "scaled_dot_product_attention_causal",
+        lambda q, k, v: ag.scaled_dot_product_attention(q, k, v, causal=True),
+        lambda q, k, v: _torch_sdpa(q, k, v, True),
+        (Arg((1, 2, 5, 8)), Arg((1, 2, 7, 8)), Arg((1, 2, 7, 8))),
     ),
     # composites: a leaf used many times; a checkpointed block
     Case(

@@ -42,7 +42,7 @@ from ._device import Device, activate, current_device
 # the call when the device is already active (the common case).
 from ._device import _tls as _device_tls
 from ._errors import CudaError, OutOfMemoryError
-from ._stream import Stream, current_stream
+from ._stream import Stream, current_stream, default_stream
 
 __all__ = [
     "MemoryResource",
@@ -168,6 +168,10 @@ class MemoryResource:
 
     device: Device
 
+    def _keep(self, ptr: int, nbytes: int, stream: Stream) -> bool:
+        """Hook: keep a freed block for reuse instead of freeing it (True); default never."""
+        return False
+
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
         """Allocate ``nbytes`` bytes (256-byte aligned) and return the owning :class:`Buffer`.
 
@@ -217,14 +221,39 @@ class MemoryResource:
         raise NotImplementedError
 
 
+# Bytes of freed blocks an AsyncMemoryResource keeps for reuse by default (see the class).
+CACHE_BYTES = 1 << 30
+_CACHE_PER_SIZE = 8  # blocks of one size kept at most
+
+
 class AsyncMemoryResource(MemoryResource):
     """Stream-ordered allocation from the device's default memory pool (``cuMemAllocAsync``).
 
     The pool's release threshold is set to ``release_threshold`` bytes (default: unlimited), so
     memory freed back to the pool is kept and reused rather than returned to the driver.
+
+    Blocks freed on the device's legacy default stream are kept in a small cache, by exact size,
+    and handed to the next allocation of that size on the same stream without a driver call
+    (``cache_bytes`` bytes at most, default :data:`CACHE_BYTES`; 0 turns the cache off). That is
+    what the pool itself would do, in stream order: the new owner's work is queued after
+    everything queued before the free. Other streams (which may be destroyed or captured into a
+    graph) always go to the driver. The cache is emptied when an allocation runs out of memory
+    (and the allocation retried) and by :meth:`trim`; ``memory_stats`` counts cached blocks as
+    freed, the pool as used.
     """
 
-    def __init__(self, device: int | Device | None = None, *, release_threshold: int | None = None):
+    def __init__(
+        self,
+        device: int | Device | None = None,
+        *,
+        release_threshold: int | None = None,
+        cache_bytes: int | None = None,
+    ):
+        self._cache: dict[int, list[int]] = {}  # nbytes -> addresses of freed blocks
+        self._cache_limit = CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+        # What the cache holds, kept without a lock: threads updating it at once can make it
+        # drift a little, so it only bounds the cache; cached_bytes counts the lists.
+        self._cached_bytes = 0
         self.device = current_device() if device is None else Device(device)
         activate(self.device)
         self._pool = cu.cuDeviceGetDefaultMemPool(self.device._handle)
@@ -235,13 +264,88 @@ class AsyncMemoryResource(MemoryResource):
             driver.cuuint64_t(threshold),
         )
 
+    def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
+        # A block from the cache needs neither the driver nor the device's context: this is the
+        # path of most array results, so it skips the general checks (which it has passed).
+        if stream is not None and type(nbytes) is int and getattr(stream, "_legacy", False):
+            device = self.device
+            blocks = self._cache.get(nbytes)
+            if blocks and stream.device is device:
+                try:
+                    ptr = blocks.pop()  # atomic: another thread may have taken the last one
+                except IndexError:
+                    pass
+                else:
+                    self._cached_bytes -= nbytes
+                    log = _logs.get(device.ordinal)  # recorded (see _Stats)
+                    if log is None:
+                        log = _log(device.ordinal)
+                    log.append(nbytes)
+                    if len(log) > _FOLD_AT:
+                        _fold_soon(device.ordinal)
+                    buf = _new_object(Buffer)
+                    buf.ptr = ptr
+                    buf.nbytes = nbytes
+                    buf.device = device
+                    buf.stream = stream
+                    buf._resource = self
+                    return buf
+        return MemoryResource.allocate(self, nbytes, stream)
+
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
     # initialized, and these two calls are on the path of every array op.
     def _alloc(self, nbytes: int, stream: Stream) -> int:
-        return int(check(driver.cuMemAllocAsync(nbytes, stream.handle), "cuMemAllocAsync"))
+        if getattr(stream, "_legacy", False):
+            blocks = self._cache.get(nbytes)
+            if blocks:
+                try:
+                    ptr = blocks.pop()  # atomic: another thread may have taken the last one
+                except IndexError:
+                    pass
+                else:
+                    self._cached_bytes -= nbytes
+                    return ptr
+        result = driver.cuMemAllocAsync(nbytes, stream.handle)
+        if result[0] and any(self._cache.values()):  # out of memory, perhaps: retry uncached
+            self.release_cached()
+            result = driver.cuMemAllocAsync(nbytes, stream.handle)
+        return int(check(result, "cuMemAllocAsync"))
 
     def _free(self, ptr: int, stream: Stream) -> None:
         check(driver.cuMemFreeAsync(ptr, stream.handle), "cuMemFreeAsync")
+
+    def _keep(self, ptr: int, nbytes: int, stream: Stream) -> bool:
+        """Put a freed block into the cache instead of freeing it (True), if it fits."""
+        if self._cached_bytes + nbytes > self._cache_limit or not getattr(stream, "_legacy", False):
+            return False
+        blocks = self._cache.get(nbytes)
+        if blocks is None:
+            blocks = self._cache.setdefault(nbytes, [])
+        if len(blocks) >= _CACHE_PER_SIZE:
+            return False
+        self._cached_bytes += nbytes
+        blocks.append(ptr)
+        return True
+
+    def release_cached(self) -> None:
+        """Free every cached block (stream-ordered on the legacy default stream)."""
+        legacy = default_stream(self.device)
+        if getattr(_device_tls, "active", None) is not self.device:
+            activate(self.device)
+        for nbytes, blocks in list(self._cache.items()):
+            while True:
+                try:
+                    ptr = blocks.pop()
+                except IndexError:
+                    break
+                self._cached_bytes -= nbytes
+                self._free(ptr, legacy)
+        self._cached_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of freed blocks held for reuse (see the class notes)."""
+        return sum(n * len(blocks) for n, blocks in list(self._cache.items()))
 
     def pool_usage(self) -> dict[str, int]:
         """Bytes the pool has reserved from the driver and bytes it has handed out."""
@@ -252,6 +356,7 @@ class AsyncMemoryResource(MemoryResource):
 
     def trim(self, keep_bytes: int = 0) -> None:
         """Return unused pool memory to the driver, keeping at least ``keep_bytes`` reserved."""
+        self.release_cached()
         activate(self.device)
         cu.cuMemPoolTrimTo(self._pool, int(keep_bytes))
 
@@ -316,11 +421,15 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
 def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream) -> None:
     device = resource.device
     try:
-        if getattr(_device_tls, "active", None) is not device:
-            activate(device)
-        resource._free(ptr, stream)
+        if not resource._keep(ptr, nbytes, stream):
+            if getattr(_device_tls, "active", None) is not device:
+                activate(device)
+            resource._free(ptr, stream)
     finally:
-        _record_free(device.ordinal, nbytes)
+        log = _logs.get(device.ordinal)  # _record_free, inline: every array result comes here
+        if log is None:
+            log = _log(device.ordinal)
+        log.append(-nbytes)
 
 
 _new_object = object.__new__

@@ -52,7 +52,9 @@ class Stream:
     ``close()`` destroys the stream (queued work still completes); a finalizer does it otherwise.
     """
 
-    __slots__ = ("device", "handle", "_owned", "_finalizer", "__weakref__")
+    # ``_legacy``: the device's legacy default stream (handle 0), which is never destroyed or
+    # captured (the memory resource caches blocks freed on it).
+    __slots__ = ("device", "handle", "_owned", "_legacy", "_finalizer", "__weakref__")
 
     def __init__(
         self,
@@ -73,6 +75,7 @@ class Stream:
         self.device = dev
         self.handle = cu.cuStreamCreateWithPriority(int(flags), prio)
         self._owned = True
+        self._legacy = False
         self._finalizer = weakref.finalize(self, _destroy_stream, dev, self.handle)
 
     @classmethod
@@ -81,6 +84,7 @@ class Stream:
         self.device = device
         self.handle = driver.CUstream(0)
         self._owned = False
+        self._legacy = True
         self._finalizer = None
         return self
 
@@ -95,6 +99,7 @@ class Stream:
         self.device = dev
         self.handle = driver.CUstream(int(handle))
         self._owned = False
+        self._legacy = int(handle) == 0
         self._finalizer = None
         return self
 
@@ -173,7 +178,9 @@ _default_streams: dict[int, Stream] = {}
 
 def default_stream(device: int | Device | None = None) -> Stream:
     """The legacy default (NULL) stream of ``device``: synchronizes with other blocking streams."""
-    dev = current_device() if device is None else Device(device)
+    dev = device if device.__class__ is Device else (
+        current_device() if device is None else Device(device)
+    )
     stream = _default_streams.get(dev.ordinal)
     if stream is None:
         stream = _default_streams.setdefault(dev.ordinal, Stream._wrap_legacy_default(dev))
@@ -183,8 +190,19 @@ def default_stream(device: int | Device | None = None) -> Stream:
 def current_stream(device: int | Device | None = None) -> Stream:
     """The calling thread's current stream for ``device``: the innermost ``with stream:`` block's,
     else the device's default stream."""
-    dev = current_device() if device is None else Device(device)
-    stream = _current_streams().get(dev.ordinal)
+    # Every array op asks this (to allocate, then to launch): a Device argument and a thread
+    # that has its stream table take no call beyond two dict lookups.
+    dev = device if device.__class__ is Device else (
+        current_device() if device is None else Device(device)
+    )
+    ordinal = dev.ordinal
+    try:
+        stream = _tls.streams.get(ordinal)
+    except AttributeError:  # this thread has not entered a stream yet
+        stream = _current_streams().get(ordinal)
+    if stream is not None:
+        return stream
+    stream = _default_streams.get(ordinal)
     return stream if stream is not None else default_stream(dev)
 
 

@@ -15,25 +15,66 @@ Example::
 
 from __future__ import annotations
 
+# ruff: noqa: I001  (imports stay grouped by family, between the section markers)
+
 # --- [indexing]
+from ._array._indexing import embedding, embedding_backward
+from ._array._nn_dropout_rope import dropout, dropout_backward, rope, rope_backward
+
 # --- [end indexing]
 
 # --- [norm-loss]
+from ._array._nn_loss import cross_entropy, cross_entropy_backward, softmax_backward
+from ._array._nn_norm import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
+
 # --- [end norm-loss]
 
 # --- [attention]
+from ._array._nn_attention import attention, attention_backward, decode_attention
+
 # --- [end attention]
 
 # --- [optim]
+from ._array._nn_optim import (
+    amp_update_scale_,
+    multi_tensor_adam_,
+    multi_tensor_clip_,
+    multi_tensor_l2_norm,
+    multi_tensor_scale_,
+    multi_tensor_sgd_,
+)
+
 # --- [end optim]
 
 __all__: list[str] = [
     # --- [indexing]
+    "embedding",
+    "embedding_backward",
+    "dropout",
+    "dropout_backward",
+    "rope",
+    "rope_backward",
     # --- [end indexing]
     # --- [norm-loss]
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+    "cross_entropy",
+    "cross_entropy_backward",
+    "softmax_backward",
     # --- [end norm-loss]
     # --- [attention]
+    "attention",
+    "attention_backward",
+    "decode_attention",
     # --- [end attention]
     # --- [optim]
+    "multi_tensor_sgd_",
+    "multi_tensor_adam_",
+    "multi_tensor_l2_norm",
+    "multi_tensor_scale_",
+    "multi_tensor_clip_",
+    "amp_update_scale_",
     # --- [end optim]
 ]

@@ -16,7 +16,8 @@ Public names: :class:`Tensor`, :class:`Tape`, :class:`Device`, :class:`no_grad`,
 from __future__ import annotations
 
 from ._errors import AutogradError, GradcheckError, GraphFreedError
-from .attention import scaled_dot_product_attention
+from . import amp, nn, optim
+from .attention import decode_attention, scaled_dot_product_attention
 from .checkpoint import checkpoint
 from .device import Device, DeviceProperties
 from .functional import (
@@ -47,6 +48,7 @@ from .functional import (
     relu,
     reshape,
     rms_norm,
+    rope,
     sigmoid,
     silu,
     softmax,
@@ -118,5 +120,10 @@ __all__ = [
     "rms_norm",
     "embedding",
     "dropout",
+    "rope",
     "scaled_dot_product_attention",
+    "decode_attention",
+    "nn",
+    "optim",
+    "amp",
 ]

@@ -253,12 +253,16 @@ def _var(g, need, x, mean_keep, denom):
 
 @rule("softmax")
 def _softmax(g, need, out, axis):
-    return (out * (g - (g * out).sum(axis=axis, keepdims=True)),)
+    # One fused row kernel (ignis.nn.softmax_backward): out * (g - sum(g * out)).
+    g = _grad_like(g, out)
+    return (ignis.nn.softmax_backward(g, out, axis=axis),)
 
 
 @rule("log_softmax")
 def _log_softmax(g, need, out, axis):
-    return (g - ignis.exp(out) * g.sum(axis=axis, keepdims=True),)
+    # One fused row kernel: g - exp(out) * sum(g).
+    g = _grad_like(g, out)
+    return (ignis.nn.softmax_backward(g, out, axis=axis, log=True),)
 
 
 # --- linear algebra ---------------------------------------------------------------------------
@@ -355,24 +359,31 @@ def _to(g, need, device):
 
 
 @rule("cross_entropy")
-def _cross_entropy(g, need, log_probs, targets, valid, scale, reduction):
-    n_classes = log_probs.shape[-1]
-    hot = targets.unsqueeze(-1) == ignis.arange(n_classes, device=targets.device)
-    p = ignis.exp(log_probs)
-    d = ignis.where(hot, p - 1.0, p)
-    if reduction == "none":
-        gs = g.astype(d.dtype).unsqueeze(-1)
-    else:
-        gs = g.astype(d.dtype) * scale
-    d = d * gs
-    if valid is not None:
-        d = ignis.where(valid.unsqueeze(-1), d, 0.0)
-    return (d, None)
+def _cross_entropy(g, need, logits, targets, lse, ignore_index, label_smoothing, reduction):
+    # inputs (logits, targets): one fused kernel, softmax - onehot(smoothed) scaled by g (divided
+    # by the device-side count of targets for a mean); ignored rows 0.
+    grad = ignis.nn.cross_entropy_backward(
+        g, logits, targets, lse, ignore_index, label_smoothing, reduction
+    )
+    return (grad, None)
 
 
 @rule("layer_norm")
-def _layer_norm(g, need, xhat, rstd, w, axes, batch_axes):
-    # inputs (x, weight, bias); xhat = (x - mean) * rstd over ``axes``
+def _layer_norm(g, need, kind, *ctx):
+    # inputs (x, weight, bias)
+    if kind == "fused":  # rows (..., n) of x, saved mean/rstd; parameters flattened to (n,)
+        rows, mean, rstd, w, sx, ns = ctx
+        gx, gw, gb = ignis.nn.layer_norm_backward(
+            _grad_like(g.reshape(rows.shape), rows), rows, mean, rstd, w,
+            grad_input=need[0], grad_weight=need[1], grad_bias=need[2],
+        )
+        return (
+            None if gx is None else gx.reshape(sx),
+            None if gw is None else gw.reshape(ns),
+            None if gb is None else gb.reshape(ns),
+        )
+    # composite: xhat = (x - mean) * rstd over ``axes``
+    xhat, rstd, w, axes, batch_axes = ctx
     gx = gw = gb = None
     if need[0]:
         gh = g * w if w is not None else g
@@ -390,8 +401,17 @@ def _layer_norm(g, need, xhat, rstd, w, axes, batch_axes):
 
 
 @rule("rms_norm")
-def _rms_norm(g, need, xhat, rstd, w, axes, batch_axes):
-    # inputs (x, weight); xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over ``axes``
+def _rms_norm(g, need, kind, *ctx):
+    # inputs (x, weight)
+    if kind == "fused":
+        rows, rstd, w, sx, ns = ctx
+        gx, gw = ignis.nn.rms_norm_backward(
+            _grad_like(g.reshape(rows.shape), rows), rows, rstd, w,
+            grad_input=need[0], grad_weight=need[1],
+        )
+        return (None if gx is None else gx.reshape(sx), None if gw is None else gw.reshape(ns))
+    # composite: xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over ``axes``
+    xhat, rstd, w, axes, batch_axes = ctx
     gx = gw = None
     if need[0]:
         gh = g * w if w is not None else g
@@ -402,37 +422,58 @@ def _rms_norm(g, need, xhat, rstd, w, axes, batch_axes):
     return gx, gw
 
 
+_HALF_TYPES = (ignis.float16, ignis.bfloat16)
+
+
+def _grad_like(g, x):
+    """``g`` in a dtype the fused backward kernels take next to ``x``: x's own, or float32 for
+    16-bit x."""
+    if g.dtype == x.dtype or (x.dtype in _HALF_TYPES and g.dtype == ignis.float32):
+        return g
+    return g.astype(x.dtype)
+
+
 def _sum_batch(v, batch_axes):
     return v.sum(axis=batch_axes) if batch_axes else v
 
 
 @rule("embedding")
 def _embedding(g, need, ids, n_rows):
-    # inputs (ids, weight). NvArray has no scatter-add yet: the weight gradient is
-    # one_hot(ids)^T @ g, built in row blocks so the one-hot matrix stays small; half
-    # precision sums run in float32.
-    dtype = grad_dtype(g.dtype)
-    flat_ids = ids.reshape(-1)
-    flat_g = g.reshape(-1, g.shape[-1])
-    if flat_g.dtype != dtype:
-        flat_g = flat_g.astype(dtype)
-    classes = ignis.arange(n_rows, device=ids.device)
-    step = one_hot_block(n_rows)
-    total = None
-    for start in range(0, flat_ids.shape[0], step):
-        hot = (flat_ids[start : start + step].unsqueeze(-1) == classes).astype(dtype)
-        part = ignis.matmul(hot, flat_g[start : start + step], transpose_a=True)
-        total = part if total is None else ignis.accumulate(total, part)
-    if total is None:
-        total = ignis.zeros((n_rows, g.shape[-1]), dtype=dtype, device=g.device)
-    return None, total
+    # inputs (ids, weight): the rows' gradients scatter-added into the table, summed in
+    # float32 for 16-bit gradients and rounded once
+    if not need[1]:
+        return None, None
+    return None, ignis.nn.embedding_backward(g, ids, n_rows, dtype=grad_dtype(g.dtype))
 
 
-def one_hot_block(n_rows: int) -> int:
-    """Rows per block of an (rows, n_rows) one-hot matrix: about 16 M elements at most."""
-    return max(1, (1 << 24) // max(n_rows, 1))
+@rule("take")
+def _take(g, need, indices, sx, axis):
+    # integer-array indexing gathers along ``axis``; its adjoint adds each gradient row back
+    full = ignis.zeros(sx, dtype=grad_dtype(g.dtype), device=g.device)
+    return (ignis.index_add(full, axis, indices, g),)
 
 
 @rule("dropout")
-def _dropout(g, need, keep, scale):
-    return (ignis.where(keep, g * scale, 0.0),)
+def _dropout(g, need, mask, p):
+    return (ignis.nn.dropout_backward(g, mask, p),)
+
+
+@rule("rope")
+def _rope(g, need, positions, offset, base, interleaved):
+    return (ignis.nn.rope_backward(g, positions, offset, base, interleaved),)
+
+
+@rule("scaled_dot_product_attention")
+def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv):
+    # inputs (q, k, v), saved as (1, batch, seq, dim) views; the fused backward recomputes
+    # the probabilities from lse.
+    if not any(need):
+        return None, None, None
+    dq, dk, dv = ignis.nn.attention_backward(
+        g.reshape(out.shape), q, k, v, out, lse, causal=causal, scale=scale
+    )
+    return (
+        dq.reshape(sq) if need[0] else None,
+        dk.reshape(sk) if need[1] else None,
+        dv.reshape(sv) if need[2] else None,
+    )

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +24,7 @@ import ignis
 from ignis import DTypeError, NvArray, ShapeError
 
 from ._graph import HALF
-from ._rules import one_hot_block, shape_of
+from ._rules import shape_of
 from .tensor import (
     Tensor,
     add,
@@ -78,6 +79,7 @@ __all__ = [
     "rms_norm",
     "embedding",
     "dropout",
+    "rope",
 ]
 
 _F32 = ignis.float32
@@ -238,15 +240,25 @@ def _int_indices(x: Any, op: str, what: str) -> NvArray:
 
 
 def cross_entropy(
-    logits: Any, targets: Any, reduction: str = "mean", ignore_index: int | None = None
+    logits: Any,
+    targets: Any,
+    reduction: str = "mean",
+    ignore_index: int | None = None,
+    label_smoothing: float = 0.0,
 ) -> Tensor:
     """Softmax cross-entropy of ``logits`` (..., C) against integer class indices ``targets`` (...).
 
-    ``reduction``: ``"mean"`` (over the targets that are not ``ignore_index``), ``"sum"`` or
-    ``"none"`` (one loss per target). Targets outside ``[0, C)`` (other than ``ignore_index``)
-    raise ValueError; checking this reads two counts back from the device.
+    One fused kernel each way (:func:`ignis.nn.cross_entropy`), with the semantics of
+    ``torch.nn.functional.cross_entropy``: ``reduction`` ``"mean"`` (over the targets that are not
+    ``ignore_index``), ``"sum"`` or ``"none"`` (one loss per target); ``label_smoothing`` in
+    [0, 1] mixes the uniform distribution into the target (as PyTorch). The loss has the logits'
+    dtype; float16/bfloat16 logits are reduced in float32.
 
-    Example: ``cross_entropy(logits, ignis.asarray([2, 0, 1]))`` for logits of shape (3, C).
+    Nothing is read back from the device: a target outside ``[0, C)`` that is not
+    ``ignore_index`` gives a NaN loss for its row (and a NaN mean or sum).
+
+    Example: ``cross_entropy(logits, ignis.asarray([2, 0, 1]), label_smoothing=0.1)`` for logits
+    of shape (3, C).
     """
     z = as_data(logits)
     t = _int_indices(targets, "cross_entropy", "targets")
@@ -257,38 +269,15 @@ def cross_entropy(
             f"cross_entropy: targets of shape {t.shape} do not match logits of shape {z.shape} "
             f"(expected targets of shape {z.shape[:-1]})"
         )
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(
-            f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got {reduction!r}"
-        )
-    n_classes = z.shape[-1]
-    zc = z.astype(_F32) if z.dtype in HALF else z
-    log_probs = ignis.log_softmax(zc, axis=-1)
-    hot = t.unsqueeze(-1) == ignis.arange(n_classes, device=z.device)
-    valid = None
-    if ignore_index is not None:
-        valid = t != ignore_index
-        hot = ignis.where(valid.unsqueeze(-1), hot, False)
-        counts = ignis.stack([hot.sum(), valid.sum()]).to_host()
-        n_hit, n_valid = int(counts[0]), int(counts[1])
-    else:
-        n_hit, n_valid = int(hot.sum().item()), t.numel
-    if n_hit != n_valid:
-        raise ValueError(
-            f"cross_entropy: {n_valid - n_hit} target(s) are not class indices in [0, {n_classes})"
-            + (f" nor ignore_index ({ignore_index})" if ignore_index is not None else "")
-        )
-    nll = -(ignis.where(hot, log_probs, 0.0).sum(axis=-1))
-    if reduction == "none":
-        out, scale = nll, 1.0
-    elif reduction == "sum":
-        out, scale = nll.sum(), 1.0
-    else:
-        scale = 1.0 / n_valid if n_valid else float("nan")
-        out = nll.sum() * scale
-    if out.dtype != z.dtype:
-        out = out.astype(z.dtype)
-    return apply("cross_entropy", out, (logits, targets), (log_probs, t, valid, scale, reduction))
+    if t.dtype not in (ignis.int32, ignis.int64):
+        t = t.astype(ignis.int64)  # the kernels read int32 or int64 indices
+    loss, lse = ignis.nn.cross_entropy(z, t, ignore_index, label_smoothing, reduction)
+    return apply(
+        "cross_entropy",
+        loss,
+        (logits, targets),
+        (z, t, lse, ignore_index, label_smoothing, reduction),
+    )
 
 
 def _norm_axes(
@@ -319,18 +308,52 @@ def _check_param(p: Any, ns: tuple[int, ...], op: str, name: str) -> Any:
     return d
 
 
+def _fused_rows(x: NvArray, ns: tuple[int, ...], params: tuple[Any, ...]) -> NvArray | None:
+    """``x`` as ``(..., prod(ns))`` for the fused kernels, or None where they do not apply: the
+    trailing dimensions do not merge into one without a copy, the normalized size is 0, or a
+    parameter's dtype is neither ``x``'s nor (for 16-bit ``x``) float32."""
+    n = math.prod(ns)
+    if n == 0 or x.dtype.kind != "f":
+        return None
+    ok = (x.dtype, _F32) if x.dtype in HALF else (x.dtype,)
+    if any(p is not None and p.dtype not in ok for p in params):
+        return None
+    if len(ns) == 1:
+        return x
+    k = len(ns)
+    dims = [(d, st) for d, st in zip(x.shape[-k:], x.strides[-k:], strict=True) if d != 1]
+    for (_, outer), (size, stride) in zip(dims, dims[1:], strict=False):
+        if outer != stride * size:  # these dimensions are not one evenly strided run
+            return None
+    return x.reshape(x.shape[: x.ndim - k] + (n,))
+
+
+def _flat_param(p: NvArray | None, n: int) -> NvArray | None:
+    return None if p is None else p.reshape(n)
+
+
 def layer_norm(
     x: Any, normalized_shape: Any = None, weight: Any = None, bias: Any = None, eps: float = 1e-5
 ) -> Tensor:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``normalized_shape``.
 
     ``normalized_shape`` defaults to the last dimension; ``weight``/``bias`` (optional) have
-    that shape. The variance is the biased one (as PyTorch). Example: ``layer_norm(h, 768, g, b)``.
+    that shape. The variance is the biased one (as PyTorch). One fused kernel each way
+    (:func:`ignis.nn.layer_norm`); several trailing dimensions are normalized as one when they
+    are contiguous. Example: ``layer_norm(h, 768, g, b)``.
     """
     xd = as_data(x)
     axes, ns = _norm_axes(xd, normalized_shape, "layer_norm")
     wd = _check_param(weight, ns, "layer_norm", "weight")
     bd = _check_param(bias, ns, "layer_norm", "bias")
+    rows = _fused_rows(xd, ns, (wd, bd))
+    if rows is not None and not (wd is not None and bd is not None and wd.dtype != bd.dtype):
+        n = rows.shape[-1]
+        w2, b2 = _flat_param(wd, n), _flat_param(bd, n)
+        y, mean, rstd = ignis.nn.layer_norm(rows, w2, b2, eps)
+        ctx = ("fused", rows, mean, rstd, w2, xd.shape, ns)
+        return apply("layer_norm", y.reshape(xd.shape), (x, weight, bias), ctx)
+    # Composite: trailing dimensions that are not contiguous, or mixed parameter dtypes.
     xc = xd.astype(_F32) if xd.dtype in HALF else xd
     mu = xc.mean(axis=axes, keepdims=True)
     rstd = ignis.rsqrt(xc.var(axis=axes, keepdims=True) + eps)
@@ -343,14 +366,26 @@ def layer_norm(
     if y.dtype != xd.dtype:
         y = y.astype(xd.dtype)
     batch_axes = tuple(range(xd.ndim - len(ns)))
-    return apply("layer_norm", y, (x, weight, bias), (xhat, rstd, wd, axes, batch_axes))
+    ctx = ("composite", xhat, rstd, wd, axes, batch_axes)
+    return apply("layer_norm", y, (x, weight, bias), ctx)
 
 
 def rms_norm(x: Any, normalized_shape: Any = None, weight: Any = None, eps: float = 1e-6) -> Tensor:
-    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape``."""
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape``.
+
+    One fused kernel each way (:func:`ignis.nn.rms_norm`) when the trailing dimensions are
+    contiguous. Example: ``rms_norm(h, weight=g)``.
+    """
     xd = as_data(x)
     axes, ns = _norm_axes(xd, normalized_shape, "rms_norm")
     wd = _check_param(weight, ns, "rms_norm", "weight")
+    rows = _fused_rows(xd, ns, (wd,))
+    if rows is not None:
+        n = rows.shape[-1]
+        w2 = _flat_param(wd, n)
+        y, rstd = ignis.nn.rms_norm(rows, w2, eps)
+        ctx = ("fused", rows, rstd, w2, xd.shape, ns)
+        return apply("rms_norm", y.reshape(xd.shape), (x, weight), ctx)
     xc = xd.astype(_F32) if xd.dtype in HALF else xd
     rstd = ignis.rsqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
     xhat = xc * rstd
@@ -358,61 +393,69 @@ def rms_norm(x: Any, normalized_shape: Any = None, weight: Any = None, eps: floa
     if y.dtype != xd.dtype:
         y = y.astype(xd.dtype)
     batch_axes = tuple(range(xd.ndim - len(ns)))
-    return apply("rms_norm", y, (x, weight), (xhat, rstd, wd, axes, batch_axes))
+    return apply("rms_norm", y, (x, weight), ("composite", xhat, rstd, wd, axes, batch_axes))
 
 
-def embedding(ids: Any, weight: Any) -> Tensor:
+def embedding(ids: Any, weight: Any, check: bool = False) -> Tensor:
     """Rows of ``weight`` (V, D) picked by integer ``ids`` (any shape): shape ``ids.shape + (D,)``.
 
-    The gradient of ``weight`` sums the rows' gradients (repeated ids add up); ids are not
-    differentiable. Ids outside ``[0, V)`` raise ValueError (a count is read back from the device).
+    One gather kernel (:func:`ignis.nn.embedding`); the gradient of ``weight`` is a scatter-add
+    of the rows' gradients (repeated ids add up, summed in float32 for 16-bit weights); ids are
+    not differentiable. Ids wrap like NumPy's ``take``; an id outside ``[-V, V)`` gives a NaN
+    row and adds no gradient, unless ``check=True``, which raises IndexError (and waits for the
+    device to count them).
+
+    Example: ``h = embedding(token_ids, wte)`` for ``wte`` of shape (vocab, dim).
     """
     idd = _int_indices(ids, "embedding", "ids")
     w = as_data(weight)
     if not isinstance(w, NvArray) or w.ndim != 2:
         got = w.shape if isinstance(w, NvArray) else type(w).__name__
         raise ShapeError(f"embedding: weight must be a 2-D (rows, dim) array, got {got}")
-    n_rows, dim = w.shape
-    # NvArray has no gather yet: each block of rows is one_hot(ids) @ weight, in blocks so the
-    # one-hot matrix stays small. Exact: every output is 1 * w[id] plus zeros.
-    flat = idd.reshape(-1)
-    classes = ignis.arange(n_rows, device=w.device)
-    step = one_hot_block(n_rows)
-    parts, hits = [], []
-    for start in range(0, flat.shape[0], step):
-        hot = flat[start : start + step].unsqueeze(-1) == classes
-        hits.append(hot.sum())
-        parts.append(ignis.matmul(hot.astype(w.dtype), w))
-    if parts:
-        n_hit = int((hits[0] if len(hits) == 1 else ignis.stack(hits).sum()).item())
-        if n_hit != flat.shape[0]:
-            raise ValueError(
-                f"embedding: {flat.shape[0] - n_hit} id(s) are outside [0, {n_rows}) (the rows "
-                "of weight)"
-            )
-        out = parts[0] if len(parts) == 1 else ignis.concatenate(parts, axis=0)
-    else:
-        out = ignis.zeros((0, dim), dtype=w.dtype, device=w.device)
-    out = out.reshape(idd.shape + (dim,))
-    return apply("embedding", out, (ids, weight), (idd, n_rows))
+    out = ignis.nn.embedding(idd, w, check=check)
+    return apply("embedding", out, (ids, weight), (idd, w.shape[0]))
 
 
 def dropout(x: Any, p: float = 0.5, training: bool = True, generator: Any = None) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``.
 
-    The mask comes from ``generator`` (an ``ignis.random.Generator``) or the default stream
-    ``ignis.random`` (seed it with ``ignis.random.seed``). Identity when ``training`` is False.
+    The mask is drawn in the kernel (:func:`ignis.nn.dropout`) from ``generator`` (an
+    ``ignis.random.Generator``) or the default stream ``ignis.random`` (seed it with
+    ``ignis.random.seed``): it equals ``rand(x.shape) >= p`` from that stream, which advances
+    as that ``rand`` call would. The backward pass multiplies by the saved bool mask. Identity
+    when ``training`` is False or ``p`` is 0.
     """
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout: p must be in [0, 1], got {p}")
     xt = _tensor(x, "dropout")
     if not training or p == 0.0:
         return xt
-    xd = xt.data
-    src = generator if generator is not None else ignis.random
-    keep = src.rand(xd.shape, dtype="float32", device=xd.device) >= p
-    scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
-    out = ignis.where(keep, xd * scale, 0.0)
+    out, mask = ignis.nn.dropout(xt.data, p, generator=generator)
     if not needs_grad(xt):
         return apply("dropout", out, (xt,), ())
-    return apply("dropout", out, (xt,), (keep, scale))
+    return apply("dropout", out, (xt,), (mask, p))
+
+
+# --- rotary position embedding ---------------------------------------------------------------
+
+
+def rope(
+    x: Any,
+    positions: Any = None,
+    offset: int = 0,
+    base: float = 10000.0,
+    interleaved: bool = False,
+) -> Tensor:
+    """Rotary position embedding of ``x`` (..., seq, head_dim), differentiable in ``x``.
+
+    See :func:`ignis.nn.rope`: pairs ``(i, i + head_dim/2)`` (or ``(2i, 2i+1)`` when
+    ``interleaved``) of the row at position ``positions[..., s] + offset`` (default ``s +
+    offset``) rotate by ``position * base ** (-2i / head_dim)``. The gradient is the inverse
+    rotation of the output's gradient; ``positions`` are not differentiable.
+
+    Example: ``q = rope(q, offset=cache_len)`` for q of shape (batch, heads, seq, 64).
+    """
+    xt = _tensor(x, "rope")
+    pos = as_data(positions)
+    out = ignis.nn.rope(xt.data, pos, offset, base, interleaved)
+    return apply("rope", out, (xt,), (pos, offset, base, interleaved))

@@ -646,6 +646,16 @@ class Tensor:
         else:
             key = as_data(key)
         x = self.data
+        first = key[0] if isinstance(key, tuple) and key else key
+        if isinstance(first, list) or (
+            isinstance(first, NvArray) and (first.ndim or first.dtype.kind not in "iu")
+        ):
+            # an integer index array first: a gather along axis 0 (its rule scatter-adds),
+            # then the remaining basic indices as an ordinary getitem
+            rest = key[1:] if isinstance(key, tuple) else ()
+            indices = first if isinstance(first, NvArray) else ignis.asarray(first, device=x.device)
+            rows = apply("take", ignis.take(x, indices, 0), (self,), (indices, x.shape, 0))
+            return rows[(slice(None),) * indices.ndim + rest] if rest else rows
         return apply("getitem", x[key], (self,), (x.shape, key))
 
     def astype(self, dtype: Any) -> Tensor:

@@ -101,8 +101,10 @@ def test_view_errors(device: str) -> None:
         a.broadcast_to((3, 3))
     with pytest.raises(IndexError, match="advanced"):
         a[ignis.zeros(2, dtype="bool", device=device)]
-    with pytest.raises(IndexError, match="advanced"):
-        a[[0, 1]]
+    with pytest.raises(IndexError, match="integer-array index is not supported"):
+        a[[0, 1]] = 1.0
+    with pytest.raises(IndexError, match="integer-array index is not supported"):
+        a[ignis.asarray([1], device=device), 1:] = 0.0
     with pytest.raises(IndexError, match="out of bounds"):
         a[2]
     with pytest.raises(ignis.ShapeError, match="mT: needs at least 2 dimensions"):

@@ -245,3 +245,69 @@ def test_vector_width_agrees_with_the_general_layout_check(rng) -> None:
         ptr = lambda a: a._storage.ptr + a._offset  # noqa: E731
         assert ew._width(out, ptr(out), x, ptr(x), y, ptr(y)) == ew._plan([out, x, y])
         assert ew._width(out, ptr(out), x, ptr(x), None, 0) == ew._plan([out, x])
+
+
+@pytest.mark.parametrize(
+    "shape_a,shape_b,ta,tb",
+    [
+        ((5, 7), (7, 3), False, False),
+        ((7, 5), (3, 7), True, True),
+        ((2, 4, 5, 6), (6, 3), False, False),  # batch broadcast
+        ((6,), (6, 4), False, False),  # vector operands drop their axis
+        ((4, 6), (6,), False, False),
+        ((6,), (6,), False, False),
+    ],
+)
+def test_repeated_matmuls_match_numpy(device, rng, shape_a, shape_b, ta, tb) -> None:
+    for i in range(REPEAT):
+        a_host = random_array(rng, shape_a, "float64")
+        b_host = random_array(rng, shape_b, "float64")
+        a, b = ignis.asarray(a_host, device=device), ignis.asarray(b_host, device=device)
+        ah = np.swapaxes(a_host, -1, -2) if ta else a_host
+        bh = np.swapaxes(b_host, -1, -2) if tb else b_host
+        got = ignis.matmul(a, b, transpose_a=ta, transpose_b=tb, alpha=float(i + 1))
+        _check(got, (i + 1) * np.matmul(ah, bh), "float64")
+
+
+def test_repeated_matmuls_of_views_and_mixed_dtypes(device, rng) -> None:
+    for _ in range(REPEAT):
+        base = random_array(rng, (9, 8), "float32")
+        x = ignis.asarray(base, device=device)
+        w = ignis.asarray(random_array(rng, (8, 5), "float64"), device=device)
+        got = x[1:, ::2] @ w[::2]  # offset and strided views; float32 @ float64
+        _check(got, to64(base[1:, ::2]) @ to64(host(w))[::2], "float64")
+        acc = ignis.zeros((8, 5), dtype="float64", device=device)
+        ignis.matmul(x[1:], w, beta=1.0, out=acc)  # out= and beta: never from a plan
+        ignis.matmul(x[1:], w, beta=1.0, out=acc)
+        _check(acc, 2 * (to64(base[1:]) @ to64(host(w))), "float64")
+    with pytest.raises(ignis.ShapeError, match="matmul: shapes"):
+        x @ x
+    with pytest.raises(ignis.ShapeError, match="matmul: shapes"):
+        x @ x
+
+
+def test_repeated_inplace_ops_match_numpy(device, rng) -> None:
+    for _ in range(REPEAT):
+        d_host = random_array(rng, (4, 5), "float32")
+        row = random_array(rng, (5,), "float64")
+        d = ignis.asarray(d_host.copy(), device=device)
+        d += ignis.asarray(row, device=device)  # broadcast, float64 into float32
+        ignis.accumulate(d, ignis.asarray(row, device=device))
+        expected = d_host.astype(np.float64) + row
+        expected = expected.astype(np.float32).astype(np.float64) + row
+        _check(d, expected.astype(np.float32).astype(np.float64), "float32")
+        # Overlap is checked on every call, plan or not: a reversed view of the same memory.
+        v_host = random_array(rng, (6,), "float64")
+        v = ignis.asarray(v_host.copy(), device=device)
+        v *= v[::-1]
+        _check(v, v_host * v_host[::-1], "float64")
+        w = ignis.asarray(v_host.copy(), device=device)
+        w -= w  # the identical view: allowed in place
+        _check(w, np.zeros(6), "float64")
+    i = ignis.zeros(3, dtype="int32", device=device)
+    f = ignis.ones(3, dtype="float32", device=device)
+    for _ in range(REPEAT):
+        with pytest.raises(ignis.DTypeError, match="__iadd__: cannot store a float64 result"):
+            i += f
+        with pytest.raises(ignis.ShapeError, match="__iadd__: the result of shape"):
+            f += ignis.ones((2, 3), device=device)

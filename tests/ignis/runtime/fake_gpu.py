@@ -106,8 +106,13 @@ class FakeGpu:
             return (SUCCESS,)
 
 
-def install(monkeypatch: pytest.MonkeyPatch, ordinals: tuple[int, ...] = (0,)) -> FakeGpu:
-    """Fake devices ``ordinals`` (the first one current) and driver; undone by ``monkeypatch``."""
+def install(
+    monkeypatch: pytest.MonkeyPatch, ordinals: tuple[int, ...] = (0,), cache_bytes: int = 0
+) -> FakeGpu:
+    """Fake devices ``ordinals`` (the first one current) and driver; undone by ``monkeypatch``.
+
+    ``cache_bytes``: the memory resources' block cache (off by default, so that every free
+    reaches the fake driver where tests look for it)."""
     devices = []
     for ordinal in ordinals:
         dev = object.__new__(Device)
@@ -133,6 +138,7 @@ def install(monkeypatch: pytest.MonkeyPatch, ordinals: tuple[int, ...] = (0,)) -
     monkeypatch.setattr(memory_module, "_resources", {})
     monkeypatch.setattr(memory_module, "_stats", {})
     monkeypatch.setattr(memory_module, "_logs", {})
+    monkeypatch.setattr(memory_module, "CACHE_BYTES", cache_bytes)
     monkeypatch.setattr(stream_module, "_default_streams", {})
     monkeypatch.setattr(stream_module._tls, "streams", {}, raising=False)
     # Kernels: parsed from the library source, "loaded" without a driver, launched into a recorder.
@@ -140,6 +146,7 @@ def install(monkeypatch: pytest.MonkeyPatch, ordinals: tuple[int, ...] = (0,)) -
     monkeypatch.setattr(ew, "_grid_caps", {})
     monkeypatch.setattr(ew, "library_kernel", _library_kernel)
     monkeypatch.setattr(reduction, "library_kernel", _library_kernel)
+    monkeypatch.setattr(reduction, "_recipes", {})  # they hold kernels loaded on the fake
 
     def launch(function: Any, gx, gy, gz, bx, by, bz, smem, stream, params, extra) -> tuple:
         state = function

@@ -160,3 +160,105 @@ def test_empty_results_launch_nothing(gpu) -> None:
     gpu.launches.clear()
     (a + a, a * 2.0, ignis.exp(a))
     assert gpu.launches == []
+
+
+# --- reductions: remembered launches -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape,view,op,axis",
+    [
+        ((1000,), None, "sum", None),
+        ((1000,), "offset", "sum", None),  # 4 bytes past alignment: one element per load
+        ((8, 128), None, "mean", 1),
+        ((64, 48), None, "max", 0),  # the reduced axis outside the contiguous one (cols)
+        ((6, 4, 5), "flip", "min", 1),  # a reversed view read from its last element
+        ((0, 4), None, "sum", 0),  # nothing to read: the empty results
+    ],
+)
+def test_a_repeated_reduction_repeats_the_planned_launch(gpu, shape, view, op, axis) -> None:
+    def operand() -> NvArray:
+        x = empty(shape if view != "offset" else (shape[0] + 1,))
+        if view == "offset":
+            return x[1:]
+        if view == "flip":
+            return x[:, ::-1]
+        return x
+
+    launches, pointers = [], []
+    for _ in range(3):  # planned, then remembered twice, each time on new memory
+        x = operand()
+        gpu.launches.clear()
+        out = getattr(x, op)(axis=axis)
+        ((name, grid, block, _stream, args),) = gpu.launches
+        launches.append((name, grid, block, args[2:]))
+        pointers.append((u64(args[0]) - x.data_ptr, u64(args[1]) - out.data_ptr))
+    assert launches[0] == launches[1] == launches[2]
+    assert pointers[0] == pointers[1] == pointers[2]
+    assert pointers[0][1] == 0
+    if view == "flip":  # starts at the last element of the reversed axis
+        assert pointers[0][0] == 3 * x.strides[1]
+
+
+def test_reductions_that_need_temporaries_are_planned_every_time(gpu) -> None:
+    x = empty((4, 6, 8))
+    for _ in range(3):
+        gpu.launches.clear()
+        x.sum(axis=(0, 2))  # reduced axes 0 and 2 do not merge: a copy first
+        assert [name.split("<")[0] for name, *_ in gpu.launches] == [
+            f"{EW}copy_strided",
+            "ignis::reduce_group",
+        ]
+        gpu.launches.clear()
+        x.var()  # two passes and a temporary of means
+        assert ["SqDevOp" in name for name, *_ in gpu.launches] == [False, True]
+
+
+def test_a_remembered_reduction_follows_the_current_stream(gpu) -> None:
+    a = empty(1000)
+    a.sum()
+    stream = ignis.Stream.from_handle(0x6200, gpu.device)
+    gpu.launches.clear()
+    with stream:
+        s = a.sum()
+    assert [launch[3] for launch in gpu.launches] == [0x6200] and s.stream is stream
+
+
+# --- operators and foreign operands -------------------------------------------------------------
+
+
+class _Other:
+    """A foreign operand type with reflected operators, like a Tensor."""
+
+    def __radd__(self, other):
+        return ("radd", other)
+
+    def __rmul__(self, other):
+        return ("rmul", other)
+
+    def __rmatmul__(self, other):
+        return ("rmatmul", other)
+
+    def __gt__(self, other):  # the reflection of other < self
+        return ("gt", other)
+
+
+def test_operators_leave_foreign_operands_to_their_reflected_methods(gpu) -> None:
+    a = empty(4)
+    o = _Other()
+    assert a + o == ("radd", a) and a * o == ("rmul", a) and a @ o == ("rmatmul", a)
+    assert (a < o) == ("gt", a)
+    b = a
+    b += o  # no in-place form: Python falls back to b = b + o
+    assert b == ("radd", a)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        a - object()
+    # Types the array knows keep their explanations.
+    with pytest.raises(TypeError, match="NumPy arrays are not converted implicitly"):
+        a + np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="convert sequences with ignis.asarray"):
+        a * [1.0, 2.0]
+    with pytest.raises(ignis.DTypeError, match="complex values are not supported"):
+        a + 1j
+    with pytest.raises(TypeError, match="add: expected an NvArray or a Python/NumPy scalar"):
+        ignis.add(a, o)  # the functions never defer

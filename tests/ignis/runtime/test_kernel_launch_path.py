@@ -117,6 +117,7 @@ def fake_stream(dev: Device, handle: int) -> Stream:
     stream.device = dev
     stream.handle = driver.CUstream(handle)
     stream._owned = False
+    stream._legacy = False
     stream._finalizer = None
     return stream
 

@@ -69,6 +69,7 @@ from ._ops import (
     where,
 )
 from .array import NvArray  # first: the modules below need the class
+from ._indexing import index_add, take
 
 __all__ = [
     "NvArray",
@@ -133,6 +134,8 @@ __all__ = [
     "tanh",
     "var",
     "where",
+    "take",
+    "index_add",
 ]
 
 # ``import ignis.random`` works like ``ignis.random`` (the module lives in this subpackage).

@@ -229,17 +229,132 @@ class CpuBackend(Backend):
 
     # --- [indexing]
 
+    def take(self, out: NvArray, a: NvArray, indices: NvArray) -> None:
+        from . import _cpu_indexing as ref  # imported on first use: it needs this module
+
+        ref.take(out, a, indices)
+
+    def index_add(
+        self, dst: NvArray, indices: NvArray, src: NvArray, alpha: Any, deterministic: bool
+    ) -> None:
+        from . import _cpu_indexing as ref
+
+        ref.index_add(dst, indices, src, alpha, deterministic)
+
+    def dropout(self, y: NvArray, mask: NvArray, x: NvArray, threshold: int, scale: float,
+                seed: int, offset: int) -> None:
+        from . import _cpu_indexing as ref
+
+        ref.dropout(y, mask, x, threshold, scale, seed, offset)
+
+    def dropout_backward(self, out: NvArray, grad: NvArray, mask: NvArray, scale: float) -> None:
+        from . import _cpu_indexing as ref
+
+        ref.dropout_backward(out, grad, mask, scale)
+
+    def rope(self, out: NvArray, x: NvArray, positions: Any, offset: int, base: float,
+             interleaved: bool, inverse: bool) -> None:
+        from . import _cpu_indexing as ref
+
+        ref.rope(out, x, positions, offset, base, interleaved, inverse)
+
     # --- [end indexing]
 
     # --- [norm-loss]
+
+    # The NumPy reference of the fused kernels lives in _cpu_nn_norm_loss (imported on first
+    # use: it imports this module).
+
+    def layer_norm(self, y, mean, rstd, x, weight, bias, eps):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.layer_norm(y, mean, rstd, x, weight, bias, eps)
+
+    def layer_norm_backward(self, grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.layer_norm_backward(
+            grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight
+        )
+
+    def rms_norm(self, y, rstd, x, weight, eps):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.rms_norm(y, rstd, x, weight, eps)
+
+    def rms_norm_backward(self, grad_x, grad_weight, grad_y, x, rstd, weight):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.rms_norm_backward(grad_x, grad_weight, grad_y, x, rstd, weight)
+
+    def cross_entropy(self, loss, lse, logits, targets, ignore_index, label_smoothing, reduction):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.cross_entropy(
+            loss, lse, logits, targets, ignore_index, label_smoothing, reduction
+        )
+
+    def cross_entropy_backward(
+        self, grad_logits, grad_loss, logits, targets, lse, ignore_index, label_smoothing, reduction
+    ):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.cross_entropy_backward(
+            grad_logits, grad_loss, logits, targets, lse, ignore_index, label_smoothing, reduction
+        )
+
+    def softmax_backward(self, grad_x, grad_y, y, log):
+        from . import _cpu_nn_norm_loss
+
+        _cpu_nn_norm_loss.softmax_backward(grad_x, grad_y, y, log)
 
     # --- [end norm-loss]
 
     # --- [attention]
 
+    from . import _cpu_attention as _attention  # the family module, bound once
+
+    def attention_forward(self, out: NvArray, lse: NvArray, q: NvArray, k: NvArray, v: NvArray,
+                          causal: bool, scale: float) -> None:
+        self._attention.forward(out, lse, q, k, v, causal, scale)
+
+    def attention_backward(self, dq: NvArray, dk: NvArray, dv: NvArray, grad_out: NvArray,
+                           q: NvArray, k: NvArray, v: NvArray, out: NvArray, lse: NvArray,
+                           causal: bool, scale: float) -> None:
+        self._attention.backward(dq, dk, dv, grad_out, q, k, v, out, lse, causal, scale)
+
+    def decode_attention(self, out: NvArray, q: NvArray, k_cache: NvArray, v_cache: NvArray,
+                         cache_len: int, scale: float) -> None:
+        self._attention.decode(out, q, k_cache, v_cache, cache_len, scale)
+
     # --- [end attention]
 
     # --- [optim]
+
+    from . import _cpu_optim as _optim  # the family module, bound once
+
+    def optim_sgd(self, params: Any, grads: Any, momentum_buffers: Any, masters: Any, steps: Any,
+                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> None:
+        self._optim.sgd(params, grads, momentum_buffers, masters, steps, lr, found_inf, hyper)
+
+    def optim_adam(self, params: Any, grads: Any, exp_avgs: Any, exp_avg_sqs: Any,
+                   max_exp_avg_sqs: Any, masters: Any, steps: Any, lr: Any, found_inf: Any,
+                   hyper: dict[str, Any]) -> None:
+        self._optim.adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters,
+                         steps, lr, found_inf, hyper)
+
+    def optim_l2_norm(self, out: Any, tensors: Any) -> None:
+        self._optim.l2_norm(out, tensors)
+
+    def optim_scale(self, tensors: Any, factor: Any, mode: int, max_norm: float,
+                    found_inf: Any) -> None:
+        self._optim.scale(tensors, factor, mode, max_norm, found_inf)
+
+    def optim_update_scale(self, scale: Any, growth_tracker: Any, found_inf: Any,
+                           growth_factor: float, backoff_factor: float,
+                           growth_interval: int) -> None:
+        self._optim.update_scale(scale, growth_tracker, found_inf, growth_factor,
+                                 backoff_factor, growth_interval)
 
     # --- [end optim]
 

@@ -81,6 +81,18 @@ def _is_operand(x: Any) -> bool:
     )
 
 
+# What NvArray's operators handle themselves: values, and the types whose error message they
+# explain (complex, NumPy arrays, sequences). Anything else is foreign: the operator returns
+# NotImplemented so that the other operand's reflected method runs (``nvarray * tensor`` becomes
+# ``Tensor.__rmul__``), and Python raises its own TypeError when neither side knows the pair.
+_OWN_OPERANDS = (NvArray, bool, int, float, complex, np.generic, np.ndarray, list, tuple)
+
+
+def _foreign(x: Any) -> bool:
+    """True for an operand type NvArray's operators leave to the other operand."""
+    return not isinstance(x, _OWN_OPERANDS)
+
+
 def _operand(x: Any, op: str) -> Any:
     """NvArray, Python bool/int/float (weak) or _Scalar (NumPy scalar, strong)."""
     if isinstance(x, NvArray):
@@ -198,6 +210,8 @@ _PLAN_LIMIT = 4096
 _unary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _binary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _reduce_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_matmul_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_inplace_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _WEAK = frozenset((bool, int, float))  # Python scalars, as the fast paths see them (exact types)
 
 
@@ -227,9 +241,10 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
     return out
 
 
-def _binary(op: str, a: Any, b: Any) -> NvArray:
+def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
     # Fast path: two arrays on the same device object, or an array and a Python scalar, whose
-    # (op, dtypes, shapes) has been seen before.
+    # (op, dtypes, shapes) has been seen before. ``operator``: called by an NvArray operator
+    # method, which returns NotImplemented for a foreign operand (see _foreign).
     ca, cb = a.__class__, b.__class__
     if ca is NvArray:
         if cb is NvArray:
@@ -272,6 +287,8 @@ def _binary(op: str, a: Any, b: Any) -> NvArray:
             b._backend.binary(op, out, a, b, compute)
             return out
         return _binary_slow(op, a, b, key)
+    if operator and (_foreign(a) or _foreign(b)):
+        return NotImplemented
     return _binary_slow(op, a, b, None)
 
 
@@ -305,11 +322,27 @@ def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
 
 def _inplace(op: str, dst: NvArray, other: Any, name: str) -> NvArray:
     """``dst op= other`` in place (NumPy's same_kind casting); returns ``dst``."""
+    # Fast path: two arrays on one device whose (op, dtypes, shapes) passed the rules before
+    # (gradient accumulation runs here on every backward pass).
+    key = None
+    if other.__class__ is NvArray and dst.__class__ is NvArray and other._device is dst._device:
+        key = (op, name, dst._dtype.name, other._dtype.name, dst._shape, other._shape)
+        plan = _inplace_plans.get(key)
+        if plan is not None:
+            compute, view = plan
+            if view:
+                other = _broadcast(other, dst._shape, name)
+            if other._storage is dst._storage:  # overlap is a property of the memory: every call
+                other = _unalias(other, dst, allow_identical=True)
+            dst._backend.binary(op, dst, dst, other, compute)
+            return dst
     other = _operand(other, name)
     if isinstance(other, NvArray):
         _common_device(name, [dst, other])
     spec = sem.binary(op, dst, other, name)
     sem.inplace(name, dst._shape, dst._dtype, spec)
+    if key is not None:
+        _remember(_inplace_plans, key, (spec.compute, other._shape != spec.shape))
     other = _unalias(_broadcast(other, spec.shape, name), dst, allow_identical=True)
     dst._backend.binary(op, dst, dst, _value(other), spec.compute)
     return dst
@@ -613,6 +646,52 @@ def matmul(
 
     Example: ``ignis.matmul(x, w, transpose_b=True)`` is ``x @ w.mT``.
     """
+    if (
+        out is None
+        and a.__class__ is NvArray
+        and b.__class__ is NvArray
+        and a._device is b._device
+        and not beta
+    ):
+        key = (
+            a._dtype.name,
+            b._dtype.name,
+            a._shape,
+            a._strides,
+            b._shape,
+            b._strides,
+            transpose_a,
+            transpose_b,
+        )
+        plan = _matmul_plans.get(key)
+        if plan is not None:
+            shape, strides, nbytes, dtype, a_layout, b_layout, full_layout = plan
+            out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
+            full = out if full_layout is None else out._view(0, *full_layout)
+            out._backend.matmul(
+                full,
+                a._view(a._offset, *a_layout),
+                b._view(b._offset, *b_layout),
+                float(alpha),
+                float(beta),
+            )
+            return out
+        return _matmul_full(a, b, transpose_a, transpose_b, alpha, beta, out, key)
+    return _matmul_full(a, b, transpose_a, transpose_b, alpha, beta, out, None)
+
+
+def _matmul_full(
+    a: Any,
+    b: Any,
+    transpose_a: bool,
+    transpose_b: bool,
+    alpha: Any,
+    beta: Any,
+    out: Any,
+    key: Any,
+) -> NvArray:
+    """:func:`matmul` in full; remembers the views it made under ``key`` (unless None) when the
+    operands needed no conversion, so that a repeated call only allocates and runs."""
     a, b = _require_array(a, "matmul"), _require_array(b, "matmul")
     arrays = [a, b] + ([out] if isinstance(out, NvArray) else [])
     _common_device("matmul", arrays)
@@ -625,8 +704,10 @@ def matmul(
         _check_out("matmul", out, spec.shape, spec.dtype, a._device)
     if a._dtype is not spec.dtype:
         a = a.astype(spec.dtype)
+        key = None  # a converted copy: nothing of it can be reused
     if b._dtype is not spec.dtype:
         b = b.astype(spec.dtype)
+        key = None
     if spec.a_vector:
         a = a.unsqueeze(0)
     elif transpose_a:
@@ -642,6 +723,20 @@ def matmul(
         full = full.unsqueeze(-1 if spec.b_vector else -2)
     if spec.b_vector:
         full = full.unsqueeze(-1)
+    if key is not None:  # out is new here: it overlaps nothing
+        _remember(
+            _matmul_plans,
+            key,
+            (
+                out._shape,
+                out._strides,
+                _creation.contiguous_layout(out._shape, out.itemsize)[1],
+                out._dtype,
+                (a._shape, a._strides),
+                (b._shape, b._strides),
+                None if full is out else (full._shape, full._strides),
+            ),
+        )
     a = _unalias(a, out, allow_identical=False)
     b = _unalias(b, out, allow_identical=False)
     out._backend.matmul(full, a, b, float(alpha), float(beta))

@@ -480,6 +480,13 @@ class NvArray:
         return self._view(self._offset, target, strides)
 
     def __getitem__(self, key: Any) -> NvArray:
+        first = key[0] if key.__class__ is tuple and key else key
+        if first.__class__ is list or (
+            isinstance(first, NvArray) and (first.ndim or first._dtype.kind not in "iu")
+        ):
+            from . import _indexing  # an integer array (or list) first: a gather
+
+            return _indexing.getitem(self, key)
         if isinstance(key, NvArray) or (
             isinstance(key, tuple) and any(isinstance(k, NvArray) and k.ndim for k in key)
         ):
@@ -492,6 +499,13 @@ class NvArray:
         return self._view(self._offset + delta, shape, strides)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        first = key[0] if key.__class__ is tuple and key else key
+        if first.__class__ is list or (isinstance(first, NvArray) and first.ndim):
+            # A gather makes a copy: writing into it would silently change nothing.
+            raise IndexError(
+                "__setitem__: assignment through an integer-array index is not supported; "
+                "use basic indices (ints, slices) or ignis.index_add(dst, axis, indices, src)"
+            )
         _ops._copy_into(self[key], value, "__setitem__")
 
     # --- interop -------------------------------------------------------------------------------
@@ -519,55 +533,72 @@ class NvArray:
 
     # --- operators -----------------------------------------------------------------------------
 
+    # Binary operators return NotImplemented for an operand of a foreign type (see
+    # ``_ops._foreign``), so that its own reflected method runs: ``nvarray * tensor`` is
+    # ``Tensor.__rmul__``.
     def __add__(self, other: Any) -> NvArray:
-        return _ops._binary("add", self, other)
+        return _ops._binary("add", self, other, True)
 
     def __radd__(self, other: Any) -> NvArray:
-        return _ops._binary("add", other, self)
+        return _ops._binary("add", other, self, True)
 
     def __iadd__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops._inplace("add", self, other, "__iadd__")
 
     def __sub__(self, other: Any) -> NvArray:
-        return _ops._binary("subtract", self, other)
+        return _ops._binary("subtract", self, other, True)
 
     def __rsub__(self, other: Any) -> NvArray:
-        return _ops._binary("subtract", other, self)
+        return _ops._binary("subtract", other, self, True)
 
     def __isub__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops._inplace("subtract", self, other, "__isub__")
 
     def __mul__(self, other: Any) -> NvArray:
-        return _ops._binary("multiply", self, other)
+        return _ops._binary("multiply", self, other, True)
 
     def __rmul__(self, other: Any) -> NvArray:
-        return _ops._binary("multiply", other, self)
+        return _ops._binary("multiply", other, self, True)
 
     def __imul__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops._inplace("multiply", self, other, "__imul__")
 
     def __truediv__(self, other: Any) -> NvArray:
-        return _ops._binary("divide", self, other)
+        return _ops._binary("divide", self, other, True)
 
     def __rtruediv__(self, other: Any) -> NvArray:
-        return _ops._binary("divide", other, self)
+        return _ops._binary("divide", other, self, True)
 
     def __itruediv__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops._inplace("divide", self, other, "__itruediv__")
 
     def __pow__(self, other: Any) -> NvArray:
-        return _ops._binary("power", self, other)
+        return _ops._binary("power", self, other, True)
 
     def __rpow__(self, other: Any) -> NvArray:
-        return _ops._binary("power", other, self)
+        return _ops._binary("power", other, self, True)
 
     def __ipow__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops._inplace("power", self, other, "__ipow__")
 
     def __matmul__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops.matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> NvArray:
+        if _ops._foreign(other):
+            return NotImplemented
         return _ops.matmul(other, self)
 
     def __neg__(self) -> NvArray:
@@ -579,27 +610,29 @@ class NvArray:
     def __abs__(self) -> NvArray:
         return _ops.abs(self)
 
+    # Comparisons: an operand of a foreign type (neither an array nor a value this class knows)
+    # gives NotImplemented, so Python tries the other operand's reflected method.
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]
         if not _ops._is_operand(other):
             return NotImplemented
-        return _ops.equal(self, other)
+        return _ops._binary("equal", self, other)
 
     def __ne__(self, other: Any) -> Any:  # type: ignore[override]
         if not _ops._is_operand(other):
             return NotImplemented
-        return _ops.not_equal(self, other)
+        return _ops._binary("not_equal", self, other)
 
     def __lt__(self, other: Any) -> NvArray:
-        return _ops._binary("less", self, other)
+        return _ops._binary("less", self, other, True)
 
     def __le__(self, other: Any) -> NvArray:
-        return _ops._binary("less_equal", self, other)
+        return _ops._binary("less_equal", self, other, True)
 
     def __gt__(self, other: Any) -> NvArray:
-        return _ops._binary("greater", self, other)
+        return _ops._binary("greater", self, other, True)
 
     def __ge__(self, other: Any) -> NvArray:
-        return _ops._binary("greater_equal", self, other)
+        return _ops._binary("greater_equal", self, other, True)
 
     # --- method forms of the functions ---------------------------------------------------------
 
@@ -647,6 +680,32 @@ class NvArray:
 
     def matmul(self, other: NvArray, **kwargs: Any) -> NvArray:
         return _ops.matmul(self, other, **kwargs)
+
+    # --- gather / scatter-add (see ignis.take, ignis.index_add) --------------------------------
+
+    def take(self, indices: Any, axis: int = 0, *, check: bool = False) -> NvArray:
+        """Elements picked along ``axis`` by integer ``indices``: :func:`ignis.take`."""
+        from . import _indexing
+
+        return _indexing.take(self, indices, axis, check=check)
+
+    def index_add_(
+        self,
+        axis: int,
+        indices: Any,
+        src: NvArray,
+        alpha: Any = 1,
+        *,
+        deterministic: bool = False,
+        check: bool = False,
+    ) -> NvArray:
+        """``self[..., indices[j], ...] += alpha * src[..., j, ...]`` in place:
+        :func:`ignis.index_add`. Returns self."""
+        from . import _indexing
+
+        return _indexing.index_add(
+            self, axis, indices, src, alpha, deterministic=deterministic, check=check
+        )
 
 
 _new_object = object.__new__

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import struct
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -102,19 +103,36 @@ MAX_OUTER_DIMS = 8
 
 Dims = list[tuple[int, int]]  # (size, element stride), outermost first
 
+# Recipes: a reduction that came down to one launch reading ``x`` in place and writing ``out``
+# directly is remembered as ``(kernel, grid, block, input pointer delta, arguments after the two
+# pointers)``, keyed by everything the planning read: op, dtypes, shapes, strides, axes, the
+# input address modulo 16 (alignment picks 16-byte packs) and the backend. A repeated call then
+# skips planning and goes straight to the launch. Calls that need temporaries (copies, split
+# partials, var's means) are planned every time; their kernels dominate anyway.
+_recipes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_RECIPE_LIMIT = 1024
+_tls = threading.local()  # .record: the launches of the call being planned, or None
+
 
 # --- launching -----------------------------------------------------------------------------------
 
 
 def _launch(backend: Any, source: str, name: str, grid: int, block: Any, args: list[Any]) -> None:
     """Queue ``name`` of ``cuda_src/<source>`` on the backend's current stream."""
-    library_kernel(source, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
+    kernel = library_kernel(source, name, backend.gpu)
+    record = getattr(_tls, "record", None)
+    if record is not None:
+        record.append((kernel, grid, block, args))
+    kernel.launch(grid, block, args, stream=backend.stream)
 
 
 def _temp(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
     """A new contiguous array of the backend's device (lives as long as the Python object)."""
     from ..array import NvArray
 
+    record = getattr(_tls, "record", None)
+    if record is not None:
+        record.append(None)  # a call that needs a temporary is not remembered (see reduce)
     return NvArray._make(
         backend.alloc(_layout.numel(shape) * dtype.itemsize),
         0,
@@ -464,10 +482,68 @@ def reduce(
 ) -> None:
     """The ``reduce`` hook: sum, mean, max, min or var of ``x`` over ``axes`` into ``out``
     (keepdims shape). See :meth:`ignis._array._backend.Backend.reduce`."""
+    data_ptr = backend.data_ptr
+    x_ptr = data_ptr(x)
+    key = (
+        op,
+        x._dtype.name,
+        out._dtype.name,
+        accumulate.name,
+        x._shape,
+        x._strides,
+        out._shape,
+        out._strides,
+        axes,
+        x_ptr % 16,
+        params.get("ddof", 0) if op == "var" else 0,
+        backend,  # (by identity) the device, and a stand-in backend never meets a real one's
+    )
+    recipe = _recipes.get(key)
+    if recipe is not None:
+        kernel, grid, block, delta, rest = recipe
+        kernel.launch(
+            grid,
+            block,
+            [x_ptr + delta, data_ptr(out), *rest],
+            stream=backend.stream,
+        )
+        return
     if op not in ("sum", "mean", "max", "min", "var"):
         raise ValueError(f"reduce: unknown reduction {op!r}; expected sum, mean, max, min or var")
     if out.numel == 0:
         return
+    _tls.record = record = []
+    try:
+        _reduce_planned(backend, op, out, x, axes, accumulate, params)
+    finally:
+        _tls.record = None
+    # One launch with x's own memory (at a fixed distance from x's first element) and out's
+    # first element as its two pointers: nothing else of this call needs to be there next time.
+    if len(record) == 1 and record[0] is not None:
+        kernel, grid, block, args = record[0]
+        if args[1] == data_ptr(out) and out.is_contiguous and _within(x, x_ptr, args[0]):
+            if len(_recipes) >= _RECIPE_LIMIT:
+                _recipes.clear()
+            _recipes[key] = (kernel, grid, block, args[0] - x_ptr, tuple(args[2:]))
+
+
+def _within(x: NvArray, x_ptr: int, ptr: int) -> bool:
+    """True when ``ptr`` points into the bytes ``x`` (first element at ``x_ptr``) spans, not
+    into a temporary copy."""
+    lo, hi = _layout.byte_extent(x_ptr, x._shape, x._strides, x._dtype.itemsize)
+    return lo <= ptr <= max(lo, hi - 1)
+
+
+def _reduce_planned(
+    backend: Any,
+    op: str,
+    out: NvArray,
+    x: NvArray,
+    axes: tuple[int, ...],
+    accumulate: dt.DType,
+    params: dict[str, Any],
+) -> None:
+    """:func:`reduce` planned in full."""
     allowed = ("float32", "float64") if op in ("mean", "var") else ("float32", "float64", "int64")
     if op in ("sum", "mean", "var") and accumulate.name not in allowed:
         raise ValueError(

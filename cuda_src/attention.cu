@@ -1,0 +1,816 @@
+// attention.cu - fused scaled dot-product attention (FlashAttention-2 style) and decode attention.
+//
+// Layout: q (BH, L, E), k and v (BH, S, E), out like q, all contiguous; lse (BH, L) holds the
+// natural-log sum of exp of each query's scaled scores (-inf for a query that sees no key).
+// Causal masking is aligned to the end: query i sees key j when j <= i + S - L; a query that
+// sees no key gets a zero output row. Head dims up to 128: kernels are templated on a padded
+// head dim D (32, 64, 96, 128); columns E..D-1 are zero-filled in shared memory and registers.
+// Grids: x walks the query (or key) blocks, y the (batch, head) pairs from bh0 on.
+//
+//   flash_fwd_tc<T, D, CAUSAL>       float16 / bfloat16, mma.m16n8k16 with float32 accumulation:
+//                                    64 queries per block (16 per warp), 64-key tiles, online
+//                                    softmax in registers; P goes from the accumulator straight
+//                                    into A fragments.
+//   flash_bwd_dkdv_tc<T, D, CAUSAL>  dK, dV of 64 keys per block (16 per warp), walking the
+//                                    32-query tiles that see them; P and dS recomputed from lse.
+//   flash_bwd_dq_tc<T, D, CAUSAL>    dQ of 64 queries per block, walking 32-key tiles (a second
+//                                    pass instead of atomics: deterministic).
+//   flash_*_simt<T, D, CAUSAL>       the same three for float / double in exact scalar math.
+//   attn_row_dot<T, A>               D[r] = sum_e dO[r, e] * O[r, e] (backward preprocessing).
+//   decode_partial<T, A, D>, decode_combine<T, A>
+//                                    one query per (batch, head) against cache rows [0, n):
+//                                    split over the keys (flash-decoding), then merged.
+#include "ignis_types.cuh"
+#include "tensor_core.cuh"
+
+namespace ignis {
+namespace attn {
+
+// Constants as functions and enumerators: a program that instantiates only some kernels must
+// not warn about unused variables.
+IGNIS_DEV float log2e() { return 1.4426950408889634f; }
+IGNIS_DEV float ln2() { return 0.6931471805599453f; }
+
+IGNIS_DEV float neg_inf() { return __int_as_float(0xff800000); }
+IGNIS_DEV float pos_inf() { return __int_as_float(0x7f800000); }
+template <class A> IGNIS_DEV A minus_inf();
+template <> IGNIS_DEV float minus_inf<float>() { return neg_inf(); }
+template <> IGNIS_DEV double minus_inf<double>() { return __longlong_as_double(0xfff0000000000000ll); }
+
+IGNIS_DEV float exp_(float x) { return expf(x); }
+IGNIS_DEV double exp_(double x) { return exp(x); }
+IGNIS_DEV float log_(float x) { return logf(x); }
+IGNIS_DEV double log_(double x) { return log(x); }
+IGNIS_DEV float max_(float a, float b) { return fmaxf(a, b); }
+IGNIS_DEV double max_(double a, double b) { return fmax(a, b); }
+
+#if !defined(IGNIS_ATTN_HOST_EMULATION)  // a test builds these kernels on a host emulator
+IGNIS_DEV unsigned char* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char ignis_attn_smem[];
+  return ignis_attn_smem;
+}
+
+// A launch with less dynamic shared memory than the kernel's tiles is a host bug: stop loudly.
+IGNIS_DEV void require_smem(unsigned bytes) {
+  unsigned n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  if (n < bytes) asm volatile("trap;");
+}
+#endif
+
+// Query i sees key j (both in range of their sequences).
+template <bool CAUSAL> IGNIS_DEV bool visible(int i, int j, int L, int S) {
+  return i < L && j < S && (!CAUSAL || j <= i + S - L);
+}
+
+// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) row-major matrix into shared memory with row
+// stride LD; zeros outside. vec (E % 8 == 0, 16-byte aligned bases): asynchronous 16-byte copies
+// (the caller commits and waits); otherwise plain element copies, complete on return.
+template <class T, int R, int D, int LD, int THREADS>
+IGNIS_DEV void load_tile16(T* s, const T* g, int r0, int rows, int E, bool vec) {
+  if (vec) {
+    constexpr int CH = D / 8;
+    for (int c = threadIdx.x; c < R * CH; c += THREADS) {
+      const int r = c / CH, col = (c % CH) * 8;
+      const bool in = r0 + r < rows && col < E;  // col < E implies col + 8 <= E here
+      tc::cp_async_16(s + r * LD + col, in ? g + (int64)(r0 + r) * E + col : g, in ? 16 : 0);
+    }
+  } else {
+    for (int c = threadIdx.x; c < R * D; c += THREADS) {
+      const int r = c / D, col = c % D;
+      T val = T{};
+      if (r0 + r < rows && col < E) val = g[(int64)(r0 + r) * E + col];
+      s[r * LD + col] = val;
+    }
+  }
+}
+
+// Elements (row, col) and (row, col + 1) of a (rows x E) row-major matrix as one A-fragment
+// register, zero outside.
+template <class T>
+IGNIS_DEV uint32 load_pair(const T* g, int row, int col, int rows, int E) {
+  uint32 lo = 0, hi = 0;
+  if (row < rows) {
+    if (col < E) lo = g[(int64)row * E + col].bits;
+    if (col + 1 < E) hi = g[(int64)row * E + col + 1].bits;
+  }
+  return lo | (hi << 16);
+}
+
+// A fragments (16 rows x D) of rows [r0, r0 + 16) straight from global memory.
+template <class T, int D>
+IGNIS_DEV void load_a_frags(uint32 (&f)[D / 16][4], const T* g, int r0, int rows, int E) {
+  const int lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    f[kk][0] = load_pair(g, r0 + gr, kk * 16 + 2 * t, rows, E);
+    f[kk][1] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t, rows, E);
+    f[kk][2] = load_pair(g, r0 + gr, kk * 16 + 2 * t + 8, rows, E);
+    f[kk][3] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t + 8, rows, E);
+  }
+}
+
+// The A fragment of the 16 x 16 block at xs (row-major, row stride LD) in shared memory:
+// lanes 0-15 address rows 0-15 at column 0, lanes 16-31 rows 0-15 at column 8, so the four
+// matrices are (rows 0-7, cols 0-7) = a0, (8-15, 0-7) = a1, (0-7, 8-15) = a2, (8-15, 8-15) = a3.
+template <int LD, class T>
+IGNIS_DEV void load_a_frag_smem(uint32 (&a)[4], const T* xs) {
+  const int lane = threadIdx.x & 31;
+  tc::ldmatrix_x4(a, xs + (lane & 15) * LD + (lane >> 4) * 8);
+}
+
+// acc(16 x 8*NT) += A(16 x D, fragments) * X^T, X an (8*NT x D) tile in shared memory (row stride
+// LD): B[k = e][n = x] = X[x][e]. One ldmatrix gives two n-tiles: lanes 0-7 address rows 0-7
+// (b0 of tile 2np), 8-15 rows 0-7 at column +8 (b1), 16-23 rows 8-15 (b0 of tile 2np+1),
+// 24-31 rows 8-15 at column +8 (b1).
+template <class T, int NT, int LD>
+IGNIS_DEV void mma_a_xt_step(float (&acc)[NT][4], const uint32 (&a)[4], const T* xs, int kk) {
+  static_assert(NT % 2 == 0, "n-tiles come in pairs");
+  const int lane = threadIdx.x & 31;
+  const T* base = xs + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8 + kk * 16;
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32 r[4];
+    tc::ldmatrix_x4(r, base + np * 16 * LD);
+    tc::mma_m16n8k16(acc[2 * np], a, r[0], r[1], T{});
+    tc::mma_m16n8k16(acc[2 * np + 1], a, r[2], r[3], T{});
+  }
+}
+
+template <class T, int D, int NT, int LD>
+IGNIS_DEV void mma_a_xt(float (&acc)[NT][4], const uint32 (&a)[D / 16][4], const T* xs) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) mma_a_xt_step<T, NT, LD>(acc, a[kk], xs, kk);
+}
+
+// acc(16 x D) += P(16 x 16*KT, accumulator layout, rounded to T) * Y, Y a (16*KT x D) tile in
+// shared memory (row stride LD): B[k = y][n = e] = Y[y][e], loaded transposed with ldmatrix
+// (lanes 0-7 rows 0-7 = b0 of tile 2np, 8-15 rows 8-15 = b1, 16-23 and 24-31 the same rows at
+// column +8 = tile 2np+1).
+template <class T, int D, int KT, int LD>
+IGNIS_DEV void mma_p_y(float (&acc)[D / 8][4], const float (&p)[2 * KT][4], const T* ys) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < KT; ++kk) {
+    uint32 a[4];
+    a[0] = tc::pack_pair<T>(p[2 * kk][0], p[2 * kk][1]);
+    a[1] = tc::pack_pair<T>(p[2 * kk][2], p[2 * kk][3]);
+    a[2] = tc::pack_pair<T>(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    a[3] = tc::pack_pair<T>(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    const T* base = ys + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+    for (int np = 0; np < D / 16; ++np) {
+      uint32 r[4];
+      tc::ldmatrix_x4_trans(r, base + np * 16);
+      tc::mma_m16n8k16(acc[2 * np], a, r[0], r[1], T{});
+      tc::mma_m16n8k16(acc[2 * np + 1], a, r[2], r[3], T{});
+    }
+  }
+}
+
+// Write a (16 x D) accumulator times mul (mul0 for rows g, mul1 for rows g + 8), rows
+// [r0, r0 + 16) of a (rows x E) matrix.
+template <class T, int D>
+IGNIS_DEV void store_acc(T* g, const float (&acc)[D / 8][4], int r0, int rows, int E, float mul0,
+                         float mul1) {
+  const int lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = r0 + gr + 8 * h;
+    if (row >= rows) continue;
+    const float mul = h ? mul1 : mul0;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      const int col = nt * 8 + 2 * t;
+      if (col < E) g[(int64)row * E + col] = from_acc<T>(acc[nt][2 * h] * mul);
+      if (col + 1 < E) g[(int64)row * E + col + 1] = from_acc<T>(acc[nt][2 * h + 1] * mul);
+    }
+  }
+}
+
+IGNIS_DEV float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(full_warp_mask, v, 1));
+  return fmaxf(v, __shfl_xor_sync(full_warp_mask, v, 2));
+}
+IGNIS_DEV float quad_sum(float v) {
+  v += __shfl_xor_sync(full_warp_mask, v, 1);
+  return v + __shfl_xor_sync(full_warp_mask, v, 2);
+}
+
+template <class A> IGNIS_DEV void zero(A& acc) {
+  constexpr int N = sizeof(A) / sizeof(float);
+  float* f = &acc[0][0];
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = 0.f;
+}
+
+// Pipelining of the tensor-core kernels: the tiles of step i + 1 are copied into the second
+// buffer while step i computes on the first; each step starts by waiting for its own copies
+// (cp.async.wait_group 1 leaves only the next step's group in flight) and a barrier, and ends
+// with a barrier so that no warp still reads a buffer when the next copy into it starts.
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core forward.
+
+enum : int { kTcThreads = 128 };  // 4 warps
+enum : int { kFwdBM = 64, kFwdBN = 64 };
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                 T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                 float scale_log2, int vec, int64 bh0) {
+  constexpr int BM = kFwdBM, BN = kFwdBN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem(4 * TILE * sizeof(T));
+  T* kv = reinterpret_cast<T*>(attn_smem);  // buffer b: K at kv + 2b TILE, V at kv + (2b+1) TILE
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+  const int64 bh = bh0 + blockIdx.y;
+  // Causal: the last query blocks see the most keys; start them first for a shorter tail.
+  const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;
+  const T* qb = q + bh * L * E;
+  const T* kb = k + bh * S * E;
+  const T* vb = v + bh * S * E;
+  const int w0 = m0 + warp * 16;  // this warp's first query
+  const int row[2] = {w0 + (lane >> 2), w0 + (lane >> 2) + 8};
+  const bool vec16 = vec != 0;
+
+  // Keys past the last one the block's last query sees are never loaded.
+  const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  if (n_end > 0) {
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+    tc::cp_async_commit();
+  }
+  uint32 qf[D / 16][4];
+  load_a_frags<T, D>(qf, qb, w0, L, E);
+  float o[D / 8][4];
+  zero(o);
+  float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.f, 0.f};
+
+  int buf = 0;
+  for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
+    if (n0 + BN < n_end) {
+      T* next = kv + 2 * (buf ^ 1) * TILE;
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* ks = kv + 2 * buf * TILE;
+    const T* vs = ks + TILE;
+
+    float s[NT][4];
+    zero(s);
+    mma_a_xt<T, D, NT, LD>(s, qf, ks);
+
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int j = n0 + nt * 8 + 2 * t + c;
+          float x = s[nt][2 * h + c] * scale_log2;
+          if (!visible<CAUSAL>(row[h], j, L, S)) x = neg_inf();
+          s[nt][2 * h + c] = x;
+          mx = fmaxf(mx, x);
+        }
+      mx = quad_max(mx);
+      const float m_new = fmaxf(mrow[h], mx);
+      // A row that has seen no visible key yet keeps -inf: subtract 0 so no -inf - -inf = NaN.
+      const float m_use = m_new == neg_inf() ? 0.f : m_new;
+      const float alpha = exp2f(mrow[h] - m_use);
+      mrow[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float p = exp2f(s[nt][2 * h + c] - m_use);
+          s[nt][2 * h + c] = p;
+          sum += p;
+        }
+      lrow[h] = lrow[h] * alpha + sum;  // a per-thread partial sum: alpha is the quad's
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        o[nt][2 * h] *= alpha;
+        o[nt][2 * h + 1] *= alpha;
+      }
+    }
+    mma_p_y<T, D, BN / 16, LD>(o, s, vs);
+    __syncthreads();
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(lrow[h]);
+    inv[h] = l > 0.f ? 1.f / l : 0.f;
+    if (t == 0 && row[h] < L)
+      lse[bh * L + row[h]] = l > 0.f ? (mrow[h] + log2f(l)) * ln2() : neg_inf();
+  }
+  store_acc<T, D>(out + bh * L * E, o, w0, L, E, inv[0], inv[1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward preprocessing: D[r] = sum_e dO[r, e] * O[r, e], one warp per row.
+
+template <class T, class A>
+__global__ void attn_row_dot(const T* __restrict__ dout, const T* __restrict__ out,
+                             A* __restrict__ dvec, int64 rows, int E) {
+  const int lane = threadIdx.x & 31;
+  const int64 warps = (int64)gridDim.x * (blockDim.x >> 5);
+  for (int64 r = global_index() >> 5; r < rows; r += warps) {
+    A acc = 0;
+    for (int e = lane; e < E; e += 32) acc += (A)to_acc(dout[r * E + e]) * (A)to_acc(out[r * E + e]);
+    acc = warp_sum(acc);
+    if (lane == 0) dvec[r] = acc;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core backward: dK and dV. Block: 64 keys (16 per warp); query tiles of 32.
+
+enum : int { kBwdKN = 64, kBwdKM = 32 };
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const float* __restrict__ lse,
+                      const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                      int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0) {
+  constexpr int BN = kBwdKN, BM = kBwdKM, LD = D + 8, NT = BM / 8, QTILE = BM * LD;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem((2 * BN * LD + 4 * QTILE) * sizeof(T) + 4 * BM * sizeof(float));
+  T* ks = reinterpret_cast<T*>(attn_smem);
+  T* vs = ks + BN * LD;
+  T* qd = vs + BN * LD;  // buffer b: Q at qd + 2b QTILE, dO at qd + (2b+1) QTILE
+  float* stats = reinterpret_cast<float*>(qd + 4 * QTILE);  // buffer b: lse, D at stats + 2b BM
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+  const int64 bh = bh0 + blockIdx.y;
+  const int n0 = blockIdx.x * BN;
+  const T* qb = q + bh * L * E;
+  const T* dob = dout + bh * L * E;
+  const int wk = warp * 16;  // this warp's first key, relative to n0
+  const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
+  const bool vec16 = vec != 0;
+
+  // Copies the query-side tiles of [m, m + BM) into buffer b (stats synchronously).
+  auto load_queries = [&](int m, int b) {
+    load_tile16<T, BM, D, LD, kTcThreads>(qd + 2 * b * QTILE, qb, m, L, E, vec16);
+    load_tile16<T, BM, D, LD, kTcThreads>(qd + (2 * b + 1) * QTILE, dob, m, L, E, vec16);
+    for (int i = threadIdx.x; i < BM; i += kTcThreads) {
+      const bool in = m + i < L;
+      stats[2 * b * BM + i] = in ? lse[bh * L + m + i] : 0.f;
+      stats[(2 * b + 1) * BM + i] = in ? dvec[bh * L + m + i] : 0.f;
+    }
+  };
+
+  // The first query that sees key n0 is n0 - (S - L).
+  const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;
+  load_tile16<T, BN, D, LD, kTcThreads>(ks, k + bh * S * E, n0, S, E, vec16);
+  load_tile16<T, BN, D, LD, kTcThreads>(vs, v + bh * S * E, n0, S, E, vec16);
+  if (m_begin < L) load_queries(m_begin, 0);
+  tc::cp_async_commit();
+
+  float dka[D / 8][4], dva[D / 8][4];
+  zero(dka);
+  zero(dva);
+
+  int buf = 0;
+  for (int m0 = m_begin; m0 < L; m0 += BM, buf ^= 1) {
+    if (m0 + BM < L) {
+      load_queries(m0 + BM, buf ^ 1);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* qs = qd + 2 * buf * QTILE;
+    const T* dos = qs + QTILE;
+    const float* lse_s = stats + 2 * buf * BM;
+    const float* d_s = lse_s + BM;
+
+    // S^T (keys x queries) = K Q^T and dP^T = V dO^T.
+    float s[NT][4], dp[NT][4];
+    zero(s);
+    zero(dp);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32 ka[4], va[4];
+      load_a_frag_smem<LD>(ka, ks + wk * LD + kk * 16);
+      load_a_frag_smem<LD>(va, vs + wk * LD + kk * 16);
+      mma_a_xt_step<T, NT, LD>(s, ka, qs, kk);
+      mma_a_xt_step<T, NT, LD>(dp, va, dos, kk);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int il = nt * 8 + 2 * t + (c & 1);  // query, relative to m0
+        const int j = key[c >> 1];
+        // The select keeps exp2 of a masked -inf lse (a query with no key) out of the result.
+        const float p = visible<CAUSAL>(m0 + il, j, L, S)
+                            ? exp2f(s[nt][c] * scale_log2 - lse_s[il] * log2e())
+                            : 0.f;
+        s[nt][c] = p;
+        dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+      }
+    mma_p_y<T, D, BM / 16, LD>(dva, s, dos);
+    mma_p_y<T, D, BM / 16, LD>(dka, dp, qs);
+    __syncthreads();
+  }
+  tc::cp_async_wait<0>();  // the K and V copies when no query sees these keys
+  store_acc<T, D>(dk + bh * S * E, dka, n0 + wk, S, E, scale, scale);
+  store_acc<T, D>(dv + bh * S * E, dva, n0 + wk, S, E, 1.f, 1.f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor-core backward: dQ. Block: 64 queries (16 per warp); key tiles of 32.
+
+enum : int { kBwdQM = 64, kBwdQN = 32 };
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_dq_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                    const T* __restrict__ dout, const float* __restrict__ lse,
+                    const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                    float scale, float scale_log2, int vec, int64 bh0) {
+  constexpr int BM = kBwdQM, BN = kBwdQN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem(4 * TILE * sizeof(T));
+  T* kv = reinterpret_cast<T*>(attn_smem);  // buffer b: K at kv + 2b TILE, V at kv + (2b+1) TILE
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;  // long rows first
+  const int w0 = m0 + warp * 16;
+  const int row[2] = {w0 + (lane >> 2), w0 + (lane >> 2) + 8};
+  const T* kb = k + bh * S * E;
+  const T* vb = v + bh * S * E;
+  const bool vec16 = vec != 0;
+
+  const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  if (n_end > 0) {
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+    tc::cp_async_commit();
+  }
+  uint32 qf[D / 16][4], df[D / 16][4];
+  load_a_frags<T, D>(qf, q + bh * L * E, w0, L, E);
+  load_a_frags<T, D>(df, dout + bh * L * E, w0, L, E);
+  float lse_l2[2], dr[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lse_l2[h] = row[h] < L ? lse[bh * L + row[h]] * log2e() : 0.f;
+    dr[h] = row[h] < L ? dvec[bh * L + row[h]] : 0.f;
+  }
+  float acc[D / 8][4];
+  zero(acc);
+
+  int buf = 0;
+  for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
+    if (n0 + BN < n_end) {
+      T* next = kv + 2 * (buf ^ 1) * TILE;
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* ks = kv + 2 * buf * TILE;
+    const T* vs = ks + TILE;
+    float s[NT][4], dp[NT][4];
+    zero(s);
+    zero(dp);
+    mma_a_xt<T, D, NT, LD>(s, qf, ks);
+    mma_a_xt<T, D, NT, LD>(dp, df, vs);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int h = c >> 1;
+        const int j = n0 + nt * 8 + 2 * t + (c & 1);
+        const float p =
+            visible<CAUSAL>(row[h], j, L, S) ? exp2f(s[nt][c] * scale_log2 - lse_l2[h]) : 0.f;
+        dp[nt][c] = p * (dp[nt][c] - dr[h]);
+      }
+    mma_p_y<T, D, BN / 16, LD>(acc, dp, ks);
+    __syncthreads();
+  }
+  store_acc<T, D>(dq + bh * L * E, acc, w0, L, E, scale, scale);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar kernels (float, double): exact arithmetic in T. 8 warps; a warp owns 4 rows of the
+// block's 32 and a lane owns one row of the other operand's 32-row tile, or columns
+// lane + 32 c of an output row.
+
+enum : int { kSimtThreads = 256, kSimtB = 32, kSimtRPW = 4 };
+
+// Rows [r0, r0 + 32) of a (rows x E) matrix into shared memory (row stride LD), zero outside.
+template <class T, int D, int LD>
+IGNIS_DEV void load_tile_simt(T* s, const T* g, int r0, int rows, int E) {
+  for (int c = threadIdx.x; c < kSimtB * D; c += kSimtThreads) {
+    const int r = c / D, col = c % D;
+    s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * E + col] : T(0);
+  }
+}
+
+template <class T, int D, int LDA, int LDB>
+IGNIS_DEV T dot_rows(const T* a, const T* b) {
+  T acc = 0;
+#pragma unroll 8
+  for (int e = 0; e < D; ++e) acc += a[e] * b[e];
+  return acc;
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_fwd_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale,
+                   int64 bh0) {
+  constexpr int B = kSimtB, LDQ = D, LDK = D + 1, C = D / 32;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem(B * (LDQ + LDK + D) * sizeof(T));
+  T* qs = reinterpret_cast<T*>(attn_smem);
+  T* ks = qs + B * LDQ;
+  T* vs = ks + B * LDK;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = blockIdx.x * B;
+  load_tile_simt<T, D, LDQ>(qs, q + bh * L * E, m0, L, E);
+  T m[kSimtRPW], l[kSimtRPW], o[kSimtRPW][C];
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r) {
+    m[r] = minus_inf<T>();
+    l[r] = 0;
+#pragma unroll
+    for (int c = 0; c < C; ++c) o[r][c] = 0;
+  }
+  const int n_end = CAUSAL ? min(S, max(0, m0 + B + S - L)) : S;
+  for (int n0 = 0; n0 < n_end; n0 += B) {
+    __syncthreads();
+    load_tile_simt<T, D, LDK>(ks, k + bh * S * E, n0, S, E);
+    load_tile_simt<T, D, D>(vs, v + bh * S * E, n0, S, E);
+    __syncthreads();
+    const int j = n0 + lane;
+#pragma unroll
+    for (int r = 0; r < kSimtRPW; ++r) {
+      const int il = warp * kSimtRPW + r;
+      T x = dot_rows<T, D, LDQ, LDK>(qs + il * LDQ, ks + lane * LDK) * scale;
+      if (!visible<CAUSAL>(m0 + il, j, L, S)) x = minus_inf<T>();
+      const T m_new = max_(m[r], warp_max(x));
+      const T m_use = m_new == minus_inf<T>() ? T(0) : m_new;
+      const T alpha = exp_(m[r] - m_use);
+      const T p = exp_(x - m_use);
+      m[r] = m_new;
+      l[r] = l[r] * alpha + warp_sum(p);
+#pragma unroll
+      for (int c = 0; c < C; ++c) o[r][c] *= alpha;
+      for (int jj = 0; jj < 32; ++jj) {
+        const T pj = __shfl_sync(full_warp_mask, p, jj);
+#pragma unroll
+        for (int c = 0; c < C; ++c) o[r][c] += pj * vs[jj * D + lane + 32 * c];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r) {
+    const int i = m0 + warp * kSimtRPW + r;
+    if (i >= L) continue;
+    const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (lane + 32 * c < E) out[(bh * L + i) * E + lane + 32 * c] = o[r][c] * inv;
+    if (lane == 0) lse[bh * L + i] = l[r] > 0 ? m[r] + log_(l[r]) : minus_inf<T>();
+  }
+}
+
+// dK, dV of 32 keys per block; a warp owns 4 keys, a lane one query of each 32-query tile.
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_bwd_dkdv_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const T* __restrict__ lse,
+                        const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                        int L, int S, int E, T scale, int64 bh0) {
+  constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
+  T* ks = reinterpret_cast<T*>(attn_smem);
+  T* vs = ks + B * D;
+  T* qs = vs + B * D;
+  T* dos = qs + B * LDR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64 bh = bh0 + blockIdx.y;
+  const int n0 = blockIdx.x * B;
+  load_tile_simt<T, D, D>(ks, k + bh * S * E, n0, S, E);
+  load_tile_simt<T, D, D>(vs, v + bh * S * E, n0, S, E);
+  T dka[kSimtRPW][C], dva[kSimtRPW][C];
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r)
+#pragma unroll
+    for (int c = 0; c < C; ++c) dka[r][c] = dva[r][c] = 0;
+  int m_begin = 0;
+  if (CAUSAL) m_begin = max(0, n0 - (S - L)) / B * B;
+  for (int m0 = m_begin; m0 < L; m0 += B) {
+    __syncthreads();
+    load_tile_simt<T, D, LDR>(qs, q + bh * L * E, m0, L, E);
+    load_tile_simt<T, D, LDR>(dos, dout + bh * L * E, m0, L, E);
+    __syncthreads();
+    const int i = m0 + lane;
+    const T lse_i = i < L ? lse[bh * L + i] : T(0);
+    const T d_i = i < L ? dvec[bh * L + i] : T(0);
+#pragma unroll
+    for (int r = 0; r < kSimtRPW; ++r) {
+      const int jl = warp * kSimtRPW + r;
+      const T sv = dot_rows<T, D, D, LDR>(ks + jl * D, qs + lane * LDR) * scale;
+      const T dpv = dot_rows<T, D, D, LDR>(vs + jl * D, dos + lane * LDR);
+      const T p = visible<CAUSAL>(i, n0 + jl, L, S) ? exp_(sv - lse_i) : T(0);
+      const T ds = p * (dpv - d_i);
+      for (int ii = 0; ii < 32; ++ii) {
+        const T pi = __shfl_sync(full_warp_mask, p, ii);
+        const T dsi = __shfl_sync(full_warp_mask, ds, ii);
+#pragma unroll
+        for (int c = 0; c < C; ++c) {
+          dva[r][c] += pi * dos[ii * LDR + lane + 32 * c];
+          dka[r][c] += dsi * qs[ii * LDR + lane + 32 * c];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r) {
+    const int j = n0 + warp * kSimtRPW + r;
+    if (j >= S) continue;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (lane + 32 * c < E) {
+        dk[(bh * S + j) * E + lane + 32 * c] = dka[r][c] * scale;
+        dv[(bh * S + j) * E + lane + 32 * c] = dva[r][c];
+      }
+  }
+}
+
+// dQ of 32 queries per block; a warp owns 4 queries, a lane one key of each 32-key tile.
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_bwd_dq_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const T* __restrict__ lse,
+                      const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                      T scale, int64 bh0) {
+  constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
+  T* qs = reinterpret_cast<T*>(attn_smem);
+  T* dos = qs + B * D;
+  T* ks = dos + B * D;
+  T* vs = ks + B * LDR;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = blockIdx.x * B;
+  load_tile_simt<T, D, D>(qs, q + bh * L * E, m0, L, E);
+  load_tile_simt<T, D, D>(dos, dout + bh * L * E, m0, L, E);
+  T acc[kSimtRPW][C], lse_r[kSimtRPW], d_r[kSimtRPW];
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r) {
+    const int i = m0 + warp * kSimtRPW + r;
+    lse_r[r] = i < L ? lse[bh * L + i] : T(0);
+    d_r[r] = i < L ? dvec[bh * L + i] : T(0);
+#pragma unroll
+    for (int c = 0; c < C; ++c) acc[r][c] = 0;
+  }
+  const int n_end = CAUSAL ? min(S, max(0, m0 + B + S - L)) : S;
+  for (int n0 = 0; n0 < n_end; n0 += B) {
+    __syncthreads();
+    load_tile_simt<T, D, LDR>(ks, k + bh * S * E, n0, S, E);
+    load_tile_simt<T, D, LDR>(vs, v + bh * S * E, n0, S, E);
+    __syncthreads();
+    const int j = n0 + lane;
+#pragma unroll
+    for (int r = 0; r < kSimtRPW; ++r) {
+      const int il = warp * kSimtRPW + r;
+      const T sv = dot_rows<T, D, D, LDR>(qs + il * D, ks + lane * LDR) * scale;
+      const T dpv = dot_rows<T, D, D, LDR>(dos + il * D, vs + lane * LDR);
+      const T p = visible<CAUSAL>(m0 + il, j, L, S) ? exp_(sv - lse_r[r]) : T(0);
+      const T ds = p * (dpv - d_r[r]);
+      for (int jj = 0; jj < 32; ++jj) {
+        const T dsj = __shfl_sync(full_warp_mask, ds, jj);
+#pragma unroll
+        for (int c = 0; c < C; ++c) acc[r][c] += dsj * ks[jj * LDR + lane + 32 * c];
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kSimtRPW; ++r) {
+    const int i = m0 + warp * kSimtRPW + r;
+    if (i >= L) continue;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+      if (lane + 32 * c < E) dq[(bh * L + i) * E + lane + 32 * c] = acc[r][c] * scale;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode: one query per (batch, head) against cache rows [0, n). Block (split, bh) takes rows
+// [split * chunk, min(n, (split + 1) * chunk)); its 4 warps take every 4th row, a lane columns
+// lane + 32 c. Partial results (max, sum, unnormalized output) in A: float, double for double
+// (A is a template parameter, not acc_type<T>::type, so launch arguments can be typed exactly).
+
+enum : int { kDecodeThreads = 128, kDecodeWarps = 4 };
+
+template <class T, class A, int D>
+__global__ void __launch_bounds__(kDecodeThreads)
+    decode_partial(const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+                   A* __restrict__ part_m, A* __restrict__ part_l, A* __restrict__ part_o,
+                   int s_max, int n, int chunk, int E, A scale) {
+  constexpr int C = D / 32;
+  __shared__ A sm[kDecodeWarps], sl[kDecodeWarps], so[kDecodeWarps][D];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64 bh = blockIdx.y;
+  const int split = blockIdx.x, splits = gridDim.x;
+  const int begin = split * chunk, end = min(n, begin + chunk);
+  A qv[C], o[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const int e = lane + 32 * c;
+    qv[c] = e < E ? (A)to_acc(q[bh * E + e]) * scale : A(0);
+    o[c] = 0;
+  }
+  A m = minus_inf<A>(), l = 0;
+  const T* kb = kc + bh * s_max * E;
+  const T* vb = vc + bh * s_max * E;
+  for (int j = begin + warp; j < end; j += kDecodeWarps) {
+    A x = 0;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int e = lane + 32 * c;
+      if (e < E) x += qv[c] * (A)to_acc(kb[(int64)j * E + e]);
+    }
+    x = warp_sum(x);
+    const A m_new = max_(m, x);
+    const A alpha = exp_(m - m_new);
+    const A p = exp_(x - m_new);
+    m = m_new;
+    l = l * alpha + p;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int e = lane + 32 * c;
+      o[c] = o[c] * alpha + (e < E ? p * (A)to_acc(vb[(int64)j * E + e]) : A(0));
+    }
+  }
+  if (lane == 0) {
+    sm[warp] = m;
+    sl[warp] = l;
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c) so[warp][lane + 32 * c] = o[c];
+  __syncthreads();
+  A mx = minus_inf<A>();
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) mx = max_(mx, sm[w]);
+  const A m_use = mx == minus_inf<A>() ? A(0) : mx;
+  const int64 slot = bh * splits + split;
+  for (int e = threadIdx.x; e < D; e += kDecodeThreads) {
+    A acc = 0;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) acc += exp_(sm[w] - m_use) * so[w][e];
+    part_o[slot * D + e] = acc;
+  }
+  if (threadIdx.x == 0) {
+    A acc = 0;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) acc += exp_(sm[w] - m_use) * sl[w];
+    part_m[slot] = mx;
+    part_l[slot] = acc;
+  }
+}
+
+template <class T, class A>
+__global__ void decode_combine(const A* __restrict__ part_m, const A* __restrict__ part_l,
+                               const A* __restrict__ part_o, T* __restrict__ out, int splits,
+                               int D, int E) {
+  const int64 bh = blockIdx.x;
+  A mx = minus_inf<A>();
+  for (int s = 0; s < splits; ++s) mx = max_(mx, part_m[bh * splits + s]);
+  const A m_use = mx == minus_inf<A>() ? A(0) : mx;
+  A den = 0;
+  for (int s = 0; s < splits; ++s) den += exp_(part_m[bh * splits + s] - m_use) * part_l[bh * splits + s];
+  const A inv = den > 0 ? A(1) / den : A(0);
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    A num = 0;
+    for (int s = 0; s < splits; ++s)
+      num += exp_(part_m[bh * splits + s] - m_use) * part_o[(bh * splits + s) * D + e];
+    out[bh * E + e] = from_acc<T>(num * inv);
+  }
+}
+
+}  // namespace attn
+}  // namespace ignis

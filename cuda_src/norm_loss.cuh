@@ -1,0 +1,122 @@
+// norm_loss.cuh - helpers shared by the fused normalization, softmax-backward and loss kernels
+// (norm.cu, cross_entropy.cu).
+//
+//   * Two<W> / Sum2Op<W>: two sums reduced together, so a row needs one synchronization for
+//     both (e.g. sum(g) and sum(g * xhat) of a layer-norm backward);
+//   * Rows<WARP>: how a row maps onto threads: a warp per row (blocks hold several warps) or a
+//     block per row; row_reduce over that group in a fixed order (deterministic);
+//   * load_vec / store_vec: VEC consecutive elements to and from the compute type with 16-byte
+//     (or 8-byte) accesses when VEC > 1;
+//   * w_rsqrt, w_exp, w_log, w_is_finite: float/double overloads.
+#pragma once
+
+#include "reduce.cuh"
+
+#if defined(__CUDACC__)
+
+namespace ignis {
+
+IGNIS_DEV float w_rsqrt(float v) { return rsqrtf(v); }
+IGNIS_DEV double w_rsqrt(double v) { return 1.0 / sqrt(v); }
+IGNIS_DEV float w_exp(float v) { return expf(v); }
+IGNIS_DEV double w_exp(double v) { return exp(v); }
+IGNIS_DEV float w_log(float v) { return logf(v); }
+IGNIS_DEV double w_log(double v) { return log(v); }
+template <class W> IGNIS_DEV bool w_is_finite(W v) { return v - v == (W)0; }
+template <class W> IGNIS_DEV W w_nan() { return Limits<W>::highest() - Limits<W>::highest(); }
+
+// --- two sums at once ----------------------------------------------------------------------------
+
+template <class W> struct Two {
+  W a;
+  W b;
+};
+
+template <class W> IGNIS_DEV Two<W> two(W a, W b) {
+  Two<W> t;
+  t.a = a;
+  t.b = b;
+  return t;
+}
+
+// Found by argument-dependent lookup from group_reduce (reduce.cuh).
+template <class W> IGNIS_DEV Two<W> shfl_xor(Two<W> p, int lane_mask) {
+  return two(__shfl_xor_sync(full_warp_mask, p.a, lane_mask), __shfl_xor_sync(full_warp_mask, p.b, lane_mask));
+}
+
+template <class W> struct Sum2Op {
+  typedef Two<W> acc_t;
+  static IGNIS_DEV acc_t identity() { return two((W)0, (W)0); }
+  static IGNIS_DEV acc_t combine(acc_t x, acc_t y) { return two(x.a + y.a, x.b + y.b); }
+};
+
+// --- rows onto threads ---------------------------------------------------------------------------
+
+// WARP: lane l of warp k of block b works on row b * warps_per_block + k (blocks of several
+// warps); otherwise thread t of block b works on row b. Rows beyond the grid are visited in a
+// grid-stride loop.
+template <bool WARP> struct Rows {
+  static IGNIS_DEV int tid() { return WARP ? (int)(threadIdx.x & (warp_size - 1)) : (int)threadIdx.x; }
+  static IGNIS_DEV int threads() { return WARP ? warp_size : (int)blockDim.x; }
+  static IGNIS_DEV int64 first() {
+    return WARP ? (int64)blockIdx.x * (blockDim.x / warp_size) + threadIdx.x / warp_size : (int64)blockIdx.x;
+  }
+  static IGNIS_DEV int64 step() { return WARP ? (int64)gridDim.x * (blockDim.x / warp_size) : (int64)gridDim.x; }
+};
+
+// Reduce over the threads of one row; every one of them gets the result. `scratch` holds 32
+// acc_t (block rows only).
+template <bool WARP, class Op>
+IGNIS_DEV typename Op::acc_t row_reduce(typename Op::acc_t v, typename Op::acc_t* scratch) {
+  if constexpr (WARP) {
+    return group_reduce<Op>(v, warp_size);
+  } else {
+    return block_reduce<Op>(v, scratch);
+  }
+}
+
+// --- vector loads and stores ----------------------------------------------------------------------
+
+// v[e] = p[e] for e < VEC, converted to W. p is aligned to min(16, VEC * sizeof(T)) bytes.
+template <class W, class T, int VEC> IGNIS_DEV void load_vec(const T* p, W (&v)[VEC]) {
+  constexpr int bytes = (int)sizeof(T) * VEC;
+  if constexpr (VEC > 1 && bytes % 16 == 0) {
+    union {
+      uint4 w[bytes / 16];
+      T e[VEC];
+    } u;
+#pragma unroll
+    for (int k = 0; k < bytes / 16; ++k) u.w[k] = __ldg(reinterpret_cast<const uint4*>(p) + k);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = cvt_in<W>(u.e[e]);
+  } else if constexpr (VEC > 1 && bytes % 8 == 0) {
+    union {
+      uint2 w[bytes / 8];
+      T e[VEC];
+    } u;
+#pragma unroll
+    for (int k = 0; k < bytes / 8; ++k) u.w[k] = __ldg(reinterpret_cast<const uint2*>(p) + k);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = cvt_in<W>(u.e[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = cvt_in<W>(p[e]);
+  }
+}
+
+// p[e] = v[e] rounded once into O; p aligned like load_vec's.
+template <class O, class W, int VEC> IGNIS_DEV void store_vec(O* p, const W (&v)[VEC]) {
+  O o[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) o[e] = cvt_out<O>(v[e]);
+  store_values<O, VEC>(p, o);
+}
+
+// Parameter (weight or bias) element c as W; `fallback` when there is no parameter.
+template <class W, class P> IGNIS_DEV W param_at(const P* p, int64 c, W fallback) {
+  return p == nullptr ? fallback : cvt_in<W>(p[c]);
+}
+
+}  // namespace ignis
+
+#endif  // __CUDACC__

@@ -1,0 +1,293 @@
+"""Fused attention on the CUDA backend (kernels in ``cuda_src/attention.cu``).
+
+Inputs arrive contiguous from the front end (:mod:`ignis._array._nn_attention`). float16 and
+bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each is instantiated
+for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The backward pass is
+three launches: ``D = rowsum(dO * O)``, then dK/dV per key block and dQ per query block (two
+passes instead of atomics, so results are deterministic). The tensor-core kernels copy the next
+tiles with ``cp.async`` into a second shared-memory buffer while they compute on the first.
+Decode attention splits the cache
+over enough blocks to fill the GPU and merges the partial softmax states in a second launch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ... import _dtypes as dt
+from ._kernels import library_kernel
+from .reduction import _temp
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = ["forward", "backward", "decode", "kernel_names", "HEAD_DIMS"]
+
+SOURCE = "attention.cu"
+HEAD_DIMS = (32, 64, 96, 128)
+LOG2E = 1.4426950408889634
+MAX_GRID_Y = 65535
+
+_CTYPE = {
+    "float16": "ignis::float16",
+    "bfloat16": "ignis::bfloat16",
+    "float32": "float",
+    "float64": "double",
+}
+_TC = ("float16", "bfloat16")
+
+# Tile shapes of the kernels (must match attention.cu).
+_TC_THREADS, _SIMT_THREADS, _SIMT_B = 128, 256, 32
+_FWD_BM, _FWD_BN = 64, 64
+_DKDV_BN, _DKDV_BM = 64, 32
+_DQ_BM, _DQ_BN = 64, 32
+_DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
+
+
+def padded_head_dim(e: int) -> int:
+    """The kernel head dim for ``e``: the smallest of :data:`HEAD_DIMS` that holds it."""
+    for d in HEAD_DIMS:
+        if e <= d:
+            return d
+    raise ValueError(f"attention: head dim {e} is larger than {HEAD_DIMS[-1]}")
+
+
+def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
+    """Name expressions of the kernels one (dtype, head dim, causal) case uses."""
+    t, d, c = _CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
+    kind = "tc" if dtype in _TC else "simt"
+    acc = "double" if dtype == "float64" else "float"
+    return {
+        "fwd": f"ignis::attn::flash_fwd_{kind}<{t}, {d}, {c}>",
+        "dkdv": f"ignis::attn::flash_bwd_dkdv_{kind}<{t}, {d}, {c}>",
+        "dq": f"ignis::attn::flash_bwd_dq_{kind}<{t}, {d}, {c}>",
+        "rowdot": f"ignis::attn::attn_row_dot<{t}, {acc}>",
+        "decode": f"ignis::attn::decode_partial<{t}, {acc}, {d}>",
+        "combine": f"ignis::attn::decode_combine<{t}, {acc}>",
+    }
+
+
+def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], smem: int = 0) -> None:
+    library_kernel(SOURCE, name, backend.gpu).launch(
+        grid, block, args, shared_mem=smem, stream=backend.stream
+    )
+
+
+def _bh_chunks(bh: int):
+    """(first bh, count) chunks that fit grid.y."""
+    for start in range(0, bh, MAX_GRID_Y):
+        yield start, min(MAX_GRID_Y, bh - start)
+
+
+def _vec(e: int, *arrays: NvArray) -> int:
+    """1 when rows can be copied in 16-byte pieces (E % 8 == 0, 16-byte aligned bases)."""
+    if e % 8:
+        return 0
+    return int(all(a._backend.data_ptr(a) % 16 == 0 for a in arrays))
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def forward(
+    backend: Any,
+    out: NvArray,
+    lse: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    causal: bool,
+    scale: float,
+) -> None:
+    b, h, n_q, e = q.shape
+    n_k = k.shape[2]
+    bh, d = b * h, padded_head_dim(e)
+    names = kernel_names(q.dtype.name, e, causal)
+    ptr = backend.data_ptr
+    for bh0, count in _bh_chunks(bh):
+        if q.dtype.name in _TC:
+            smem = 4 * _FWD_BN * (d + 8) * 2  # K and V tiles, two buffers each
+            args = [
+                ptr(q),
+                ptr(k),
+                ptr(v),
+                ptr(out),
+                ptr(lse),
+                n_q,
+                n_k,
+                e,
+                scale * LOG2E,
+                _vec(e, k, v),
+                bh0,
+            ]
+            _launch(backend, names["fwd"], (_ceil(n_q, _FWD_BM), count), _TC_THREADS, args, smem)
+        else:
+            smem = _SIMT_B * (3 * d + 1) * q.dtype.itemsize
+            args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0]
+            _launch(backend, names["fwd"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+
+
+def backward(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    out: NvArray,
+    lse: NvArray,
+    causal: bool,
+    scale: float,
+) -> None:
+    b, h, n_q, e = q.shape
+    n_k = k.shape[2]
+    bh, d = b * h, padded_head_dim(e)
+    names = kernel_names(q.dtype.name, e, causal)
+    ptr = backend.data_ptr
+    rows = bh * n_q
+    dvec = _temp(backend, (rows,), lse.dtype)
+    rows_per_block = 8  # a warp per row
+    _launch(
+        backend,
+        names["rowdot"],
+        min(_ceil(rows, rows_per_block), 1 << 20),
+        256,
+        [ptr(grad_out), ptr(out), ptr(dvec), rows, e],
+    )
+    tc = q.dtype.name in _TC
+    for bh0, count in _bh_chunks(bh):
+        if tc:
+            vec = _vec(e, q, k, v, grad_out)
+            # K and V tiles; Q and dO tiles and lse and D rows, two buffers each
+            smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + 4 * _DKDV_BM * 4
+            args = [
+                ptr(q),
+                ptr(k),
+                ptr(v),
+                ptr(grad_out),
+                ptr(lse),
+                ptr(dvec),
+                ptr(dk),
+                ptr(dv),
+                n_q,
+                n_k,
+                e,
+                scale,
+                scale * LOG2E,
+                vec,
+                bh0,
+            ]
+            _launch(backend, names["dkdv"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
+            smem = 4 * _DQ_BN * (d + 8) * 2  # K and V tiles, two buffers each
+            args = [
+                ptr(q),
+                ptr(k),
+                ptr(v),
+                ptr(grad_out),
+                ptr(lse),
+                ptr(dvec),
+                ptr(dq),
+                n_q,
+                n_k,
+                e,
+                scale,
+                scale * LOG2E,
+                vec,
+                bh0,
+            ]
+            _launch(backend, names["dq"], (_ceil(n_q, _DQ_BM), count), _TC_THREADS, args, smem)
+        else:
+            smem = _SIMT_B * (4 * d + 2) * q.dtype.itemsize
+            args = [
+                ptr(q),
+                ptr(k),
+                ptr(v),
+                ptr(grad_out),
+                ptr(lse),
+                ptr(dvec),
+                ptr(dk),
+                ptr(dv),
+                n_q,
+                n_k,
+                e,
+                scale,
+                bh0,
+            ]
+            _launch(backend, names["dkdv"], (_ceil(n_k, _SIMT_B), count), _SIMT_THREADS, args, smem)
+            args = [
+                ptr(q),
+                ptr(k),
+                ptr(v),
+                ptr(grad_out),
+                ptr(lse),
+                ptr(dvec),
+                ptr(dq),
+                n_q,
+                n_k,
+                e,
+                scale,
+                bh0,
+            ]
+            _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+
+
+def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:
+    """(splits, chunk): about two blocks per SM in all, at least 64 cache rows per block."""
+    want = max(1, _ceil(2 * sm_count, bh))
+    splits = max(1, min(want, _ceil(cache_len, _DECODE_MIN_CHUNK)))
+    chunk = _ceil(cache_len, splits)
+    return _ceil(cache_len, chunk), chunk
+
+
+def decode(
+    backend: Any,
+    out: NvArray,
+    q: NvArray,
+    k_cache: NvArray,
+    v_cache: NvArray,
+    cache_len: int,
+    scale: float,
+) -> None:
+    b, h, _, e = q.shape
+    s_max = k_cache.shape[2]
+    bh, d = b * h, padded_head_dim(e)
+    names = kernel_names(q.dtype.name, e, False)
+    acc = dt.float64 if q.dtype == dt.float64 else dt.float32
+    splits, chunk = decode_splits(bh, cache_len, backend.gpu.multiprocessor_count)
+    ptr = backend.data_ptr
+    part_m = _temp(backend, (bh * splits,), acc)
+    part_l = _temp(backend, (bh * splits,), acc)
+    part_o = _temp(backend, (bh * splits * d,), acc)
+    for bh0, count in _bh_chunks(bh):
+        # The decode kernels index from bh = blockIdx.y: offset the pointers per chunk.
+        qo, co = bh0 * e * q.dtype.itemsize, bh0 * s_max * e * q.dtype.itemsize
+        po = bh0 * splits * acc.itemsize
+        _launch(
+            backend,
+            names["decode"],
+            (splits, count),
+            _DECODE_THREADS,
+            [
+                ptr(q) + qo,
+                ptr(k_cache) + co,
+                ptr(v_cache) + co,
+                ptr(part_m) + po,
+                ptr(part_l) + po,
+                ptr(part_o) + po * d,
+                s_max,
+                cache_len,
+                chunk,
+                e,
+                scale,
+            ],
+        )
+        _launch(
+            backend,
+            names["combine"],
+            count,
+            _DECODE_THREADS,
+            [ptr(part_m) + po, ptr(part_l) + po, ptr(part_o) + po * d, ptr(out) + qo, splits, d, e],
+        )

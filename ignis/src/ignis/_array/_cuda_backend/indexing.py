@@ -1,0 +1,266 @@
+"""The indexing family of the CUDA backend: take, index_add, dropout and rope (kernels in
+``cuda_src/indexing.cu``, ``cuda_src/dropout.cu`` and ``cuda_src/rope.cu``).
+
+The front end hands over contiguous arrays in the shapes of the hook contract (``_backend.py``),
+so every kernel works on rows: ``take`` and ``index_add`` on rows of ``inner`` elements, ``rope``
+on rows of ``d`` elements. Row kernels run blocks of ``(bx, by)`` threads: ``by`` rows at a time,
+``bx`` threads along a row (a power of two covering the row, so short rows do not leave most of
+a warp idle). ``take`` moves up to 16 bytes per access when the row length and the addresses
+allow. Nothing here synchronizes the host.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from ... import _dtypes as dt
+from ._kernels import library_kernel
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = ["take", "index_add", "dropout", "dropout_backward", "rope", "kernel_names"]
+
+THREADS = 256  # threads per block
+BLOCKS_PER_SM = 32  # grid cap: kernels loop over further rows
+
+CTYPE = {
+    dt.bool_: "bool",
+    dt.int8: "ignis::int8",
+    dt.uint8: "ignis::uint8",
+    dt.int32: "ignis::int32",
+    dt.int64: "ignis::int64",
+    dt.float16: "ignis::float16",
+    dt.bfloat16: "ignis::bfloat16",
+    dt.float32: "float",
+    dt.float64: "double",
+}
+INDEX_TYPES = (dt.int32, dt.int64)
+ADD_TYPES = (dt.int32, dt.int64, dt.float32, dt.float64)  # types with native atomics
+FLOAT_TYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
+
+_grid_caps: dict[int, int] = {}
+
+
+# --- kernel names (pure: the CPU tests compile every one of them) -------------------------------
+
+
+def _work(dtype: dt.DType) -> str:
+    return "double" if dtype is dt.float64 else "float"
+
+
+def take_name(dtype: dt.DType, index: dt.DType, vec: int) -> str:
+    return f"ignis::idx::take_rows<{CTYPE[dtype]}, {CTYPE[index]}, {vec}>"
+
+
+def index_add_name(dtype: dt.DType, index: dt.DType, deterministic: bool) -> str:
+    kind = "index_add_ordered" if deterministic else "index_add_atomic"
+    return f"ignis::idx::{kind}<{CTYPE[dtype]}, {CTYPE[index]}>"
+
+
+def dropout_name(dtype: dt.DType, backward: bool) -> str:
+    kind = "dropout_backward" if backward else "dropout_forward"
+    return f"ignis::nn::{kind}<{CTYPE[dtype]}, {_work(dtype)}>"
+
+
+def rope_name(dtype: dt.DType, pos: dt.DType | None, interleaved: bool) -> str:
+    p = CTYPE[pos if pos is not None else dt.int64]
+    flags = f"{'true' if interleaved else 'false'}, {'false' if pos is None else 'true'}"
+    return f"ignis::nn::rope<{CTYPE[dtype]}, {_work(dtype)}, {p}, {flags}>"
+
+
+def _vectors(itemsize: int) -> list[int]:
+    return [v for v in (16, 8, 4, 2, 1) if v * itemsize <= 16]
+
+
+def kernel_names() -> dict[str, list[str]]:
+    """Every name expression this module can launch, by source file."""
+    return {
+        "indexing.cu": [
+            take_name(d, i, v) for d in CTYPE for i in INDEX_TYPES for v in _vectors(d.itemsize)
+        ]
+        + [
+            index_add_name(d, i, det)
+            for d in ADD_TYPES
+            for i in INDEX_TYPES
+            for det in (False, True)
+        ],
+        "dropout.cu": [dropout_name(d, b) for d in FLOAT_TYPES for b in (False, True)],
+        "rope.cu": [
+            rope_name(d, p, il)
+            for d in FLOAT_TYPES
+            for p in (None, *INDEX_TYPES)
+            for il in (False, True)
+        ],
+    }
+
+
+# --- launching ---------------------------------------------------------------------------------
+
+
+def _ptr(arr: NvArray) -> int:
+    return arr._storage.ptr + arr._offset
+
+
+def _cap(backend: Any) -> int:
+    ordinal = backend.gpu.ordinal
+    cap = _grid_caps.get(ordinal)
+    if cap is None:
+        cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
+    return cap
+
+
+def _launch(backend: Any, source: str, name: str, grid: int, block: Any, args: list[Any]) -> None:
+    grid = max(1, min(grid, _cap(backend)))
+    library_kernel(source, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
+
+
+def _row_block(row_items: int) -> tuple[int, int]:
+    """``(bx, by)``: bx threads along a row, by rows per block.
+
+    Short rows get a power of two (several rows share a warp); longer ones whole warps, up to
+    THREADS, so a row of 192 items runs 192 threads rather than 256 with 64 idle.
+    """
+    if row_items <= 32:
+        bx = 1 << max(0, (row_items - 1).bit_length())
+    else:
+        bx = min(THREADS, -(-row_items // 32) * 32)
+    return bx, max(1, THREADS // bx)
+
+
+def _widest_vector(itemsize: int, inner: int, ptrs: tuple[int, ...]) -> int:
+    for v in _vectors(itemsize):
+        nbytes = v * itemsize
+        if inner % v == 0 and all(p % nbytes == 0 for p in ptrs):
+            return v
+    return 1
+
+
+# --- hooks -------------------------------------------------------------------------------------
+
+
+def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
+    outer, n, inner = a.shape
+    m = indices.shape[0]
+    pa, pi, po = _ptr(a), _ptr(indices), _ptr(out)
+    vec = _widest_vector(a.dtype.itemsize, inner, (pa, po))
+    bx, by = _row_block(inner // vec)
+    rows = outer * m
+    name = take_name(a.dtype, indices.dtype, vec)
+    _launch(
+        backend,
+        "indexing.cu",
+        name,
+        -(-rows // by),
+        (bx, by),
+        [pa, pi, po, rows, m, n, inner // vec],
+    )
+
+
+def index_add(
+    backend: Any, dst: NvArray, indices: NvArray, src: NvArray, alpha: Any, deterministic: bool
+) -> None:
+    outer, n, inner = dst.shape
+    m = indices.shape[0]
+    name = index_add_name(dst.dtype, indices.dtype, deterministic)
+    alpha = float(alpha) if dst.dtype.kind == "f" else int(alpha)
+    if deterministic:
+        cols = outer * inner
+        _launch(
+            backend,
+            "indexing.cu",
+            name,
+            -(-cols // THREADS),
+            THREADS,
+            [_ptr(dst), _ptr(indices), _ptr(src), outer, m, n, inner, alpha],
+        )
+        return
+    bx, by = _row_block(inner)
+    rows = outer * m
+    _launch(
+        backend,
+        "indexing.cu",
+        name,
+        -(-rows // by),
+        (bx, by),
+        [_ptr(dst), _ptr(indices), _ptr(src), rows, m, n, inner, alpha],
+    )
+
+
+def dropout(
+    backend: Any,
+    y: NvArray,
+    mask: NvArray,
+    x: NvArray,
+    threshold: int,
+    scale: float,
+    seed: int,
+    offset: int,
+) -> None:
+    n = x.numel
+    blocks = -(-n // 4)  # Philox blocks: four elements each
+    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    _launch(
+        backend,
+        "dropout.cu",
+        dropout_name(x.dtype, False),
+        -(-blocks // THREADS),
+        THREADS,
+        [_ptr(x), _ptr(y), _ptr(mask), n, k0, k1, offset & 0xFFFFFFFFFFFFFFFF, threshold, scale],
+    )
+
+
+def dropout_backward(
+    backend: Any, out: NvArray, grad: NvArray, mask: NvArray, scale: float
+) -> None:
+    n = grad.numel
+    _launch(
+        backend,
+        "dropout.cu",
+        dropout_name(grad.dtype, True),
+        -(-n // THREADS),
+        THREADS,
+        [_ptr(grad), _ptr(mask), _ptr(out), n, scale],
+    )
+
+
+def rope(
+    backend: Any,
+    out: NvArray,
+    x: NvArray,
+    positions: NvArray | None,
+    offset: int,
+    base: float,
+    interleaved: bool,
+    inverse: bool,
+) -> None:
+    batch, seq, d = x.shape
+    half = d // 2
+    rows = batch * seq
+    bx, by = _row_block(half)
+    if positions is None:
+        pos_ptr, pos_stride, pos_dtype = 0, 0, None
+    else:
+        pos_ptr, pos_dtype = _ptr(positions), positions.dtype
+        pos_stride = 0 if positions.shape[0] == 1 else seq
+    name = rope_name(x.dtype, pos_dtype, interleaved)
+    _launch(
+        backend,
+        "rope.cu",
+        name,
+        -(-rows // by),
+        (bx, by),
+        [
+            _ptr(x),
+            _ptr(out),
+            pos_ptr,
+            rows,
+            seq,
+            pos_stride,
+            half,
+            offset,
+            math.log2(base),
+            inverse,
+        ],
+    )

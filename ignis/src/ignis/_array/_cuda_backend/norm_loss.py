@@ -1,0 +1,432 @@
+"""Fused normalization, softmax-backward and cross-entropy hooks of the CUDA backend (kernels in
+``cuda_src/norm.cu`` and ``cuda_src/cross_entropy.cu``).
+
+Every hook gets C-contiguous ``(rows, n)`` arrays (see the contract in ``_backend.py``).
+
+Row kernels (norm_fwd, norm_bwd, softmax_bwd) give a row to a warp when it is short (up to
+:data:`WARP_MAX_N` elements and it fits the lanes' registers) and to a block otherwise; the
+row is read from memory once and kept in registers while it fits (``items`` packs of ``vec``
+elements per thread), else it is re-read for each pass. ``vec`` is 16 bytes of the data type
+when every row array is 16-byte aligned and ``n`` is a multiple of it. Weight and bias
+gradients are column sums over the rows: blocks of 32 columns x a split of the rows write
+partial sums and a second kernel adds the splits in order (deterministic, no atomics).
+
+Cross-entropy runs a block per row: one pass for the row's log-sum-exp (online maximum and
+sum), the row losses reduced by one single-block kernel in a fixed order (the mean's count of
+targets is computed there too, on the device), and one pass for the gradient.
+
+The module constants are tuning knobs (tests shrink them to reach every path on small inputs).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ... import _dtypes as dt
+from ._kernels import library_kernel
+from .reduction import CTYPE, MAX_GRID, _temp
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = [
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+    "cross_entropy",
+    "cross_entropy_backward",
+    "softmax_backward",
+    "row_config",
+]
+
+WARP_MAX_N = 1024  # rows up to this long may go to a warp each
+WARP_BYTES = 128  # bytes of cached values (in the compute type) per lane in warp rows
+BLOCK_BYTES = 64  # ... per thread in block rows (more threads, fewer registers each)
+BLOCK_THREADS = 256  # block rows grow past this many threads only when the cache is full
+WARP_ROWS_PER_BLOCK = 4  # warp rows: 128-thread blocks
+PARAM_TARGET_BLOCKS = 1024  # weight/bias gradients: split the rows until about this many blocks
+PARAM_MIN_ROWS = 64  # fewest rows one split takes
+PARAM_BLOCK_Y = 8  # row lanes of a 32-column block
+CE_VALUES = 16  # cross-entropy: about this many elements per thread
+CE_MAX_THREADS = 1024
+REDUCE_THREADS = 1024  # the single block of ce_reduce
+
+_BOOL = {False: "false", True: "true"}
+
+
+def _launch(backend: Any, source: str, name: str, grid: Any, block: Any, args: list[Any]) -> None:
+    """Queue ``name`` of ``cuda_src/<source>`` on the backend's current stream."""
+    library_kernel(source, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _ptr(backend: Any, arr: NvArray | None) -> int | None:
+    return None if arr is None else backend.data_ptr(arr)
+
+
+def _w_size(dtype: dt.DType) -> int:
+    """Bytes of the compute type of ``dtype`` (double for float64, else float)."""
+    return 8 if dtype == dt.float64 else 4
+
+
+def _w_ctype(dtype: dt.DType) -> str:
+    return "double" if dtype == dt.float64 else "float"
+
+
+def vector_width(itemsize: int, n: int, ptrs: list[int]) -> int:
+    """Elements per pack: 16 bytes of the data when every row array is 16-byte aligned and rows
+    of ``n`` elements keep that alignment, else 1."""
+    vec = 16 // itemsize
+    if n % vec or any(p % 16 for p in ptrs):
+        return 1
+    return vec
+
+
+def row_config(n: int, vec: int, w_size: int, arrays: int) -> tuple[bool, int, int]:
+    """``(warp, items, threads)`` of a row kernel for rows of ``n`` elements read in packs of
+    ``vec``, caching ``arrays`` row arrays in a compute type of ``w_size`` bytes.
+
+    ``warp``: a warp per row (``threads`` is the block: 128); else a block of ``threads`` per
+    row. ``items``: packs per thread kept in registers (0: rows too long, re-read per pass).
+
+    Example: ``row_config(4096, 4, 4, 1) == (False, 4, 256)``.
+    """
+    if n <= WARP_MAX_N:
+        items = _pow2_at_least(-(-n // (32 * vec)))
+        if items * vec * w_size * arrays <= WARP_BYTES:
+            return True, items, 32 * WARP_ROWS_PER_BLOCK
+    max_items = max(1, BLOCK_BYTES // (vec * w_size * arrays))
+    items = 1
+    while True:
+        threads = max(64, _pow2_at_least(-(-n // (vec * items))))
+        if threads <= BLOCK_THREADS or (items >= max_items and threads <= 1024):
+            return False, items, threads
+        if items >= max_items:
+            return False, 0, 1024
+        items *= 2
+
+
+# --- layer norm / RMS norm ------------------------------------------------------------------------
+
+
+def _norm_forward(
+    backend: Any,
+    y: NvArray,
+    mean: NvArray | None,
+    rstd: NvArray,
+    x: NvArray,
+    weight: NvArray | None,
+    bias: NvArray | None,
+    eps: float,
+    rms: bool,
+) -> None:
+    rows, n = x.shape
+    t = CTYPE[x.dtype.name]
+    param = weight if weight is not None else bias
+    p = CTYPE[param.dtype.name] if param is not None else t
+    x_ptr, y_ptr = backend.data_ptr(x), backend.data_ptr(y)
+    vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr])
+    cfg = row_config(n, vec, _w_size(x.dtype), 1)
+    args = [
+        x_ptr,
+        _ptr(backend, weight),
+        _ptr(backend, bias),
+        y_ptr,
+        _ptr(backend, mean),
+        backend.data_ptr(rstd),
+        rows,
+        n,
+        float(eps),
+    ]
+    _launch(
+        backend,
+        "norm.cu",
+        f"ignis::norm_fwd<{t}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
+        _grid(rows, cfg),
+        cfg[2],
+        args,
+    )
+
+
+def _grid(rows: int, cfg: tuple[bool, int, int]) -> int:
+    warp, _, threads = cfg
+    return min(MAX_GRID, -(-rows // (threads // 32)) if warp else rows)
+
+
+def _norm_backward(
+    backend: Any,
+    grad_x: NvArray | None,
+    grad_weight: NvArray | None,
+    grad_bias: NvArray | None,
+    grad_y: NvArray,
+    x: NvArray,
+    mean: NvArray | None,
+    rstd: NvArray,
+    weight: NvArray | None,
+    rms: bool,
+) -> None:
+    rows, n = x.shape
+    t, g = CTYPE[x.dtype.name], CTYPE[grad_y.dtype.name]
+    g_ptr, x_ptr = backend.data_ptr(grad_y), backend.data_ptr(x)
+    mean_ptr, rstd_ptr = _ptr(backend, mean), backend.data_ptr(rstd)
+    if grad_x is not None:
+        p = CTYPE[weight.dtype.name] if weight is not None else t
+        gx_ptr = backend.data_ptr(grad_x)
+        vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr])
+        cfg = row_config(n, vec, _w_size(x.dtype), 2)
+        _launch(
+            backend,
+            "norm.cu",
+            f"ignis::norm_bwd<{t}, {g}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
+            _grid(rows, cfg),
+            cfg[2],
+            [g_ptr, x_ptr, _ptr(backend, weight), mean_ptr, rstd_ptr, gx_ptr, rows, n],
+        )
+    if grad_weight is None and grad_bias is None:
+        return
+    w_dtype = dt.float64 if x.dtype == dt.float64 else dt.float32
+    col_tiles = -(-n // 32)
+    splits = 1
+    if col_tiles < PARAM_TARGET_BLOCKS:
+        splits = max(1, min(-(-PARAM_TARGET_BLOCKS // col_tiles), rows // PARAM_MIN_ROWS))
+    per_split = -(-rows // splits)
+    splits = -(-rows // per_split)
+    pw = _temp(backend, (splits, n), w_dtype)
+    pb = _temp(backend, (splits, n), w_dtype) if grad_bias is not None else None
+    _launch(
+        backend,
+        "norm.cu",
+        f"ignis::norm_param_partials<{t}, {g}, {_BOOL[rms]}>",
+        (col_tiles, splits),
+        (32, PARAM_BLOCK_Y),
+        [
+            g_ptr,
+            x_ptr,
+            mean_ptr,
+            rstd_ptr,
+            backend.data_ptr(pw),
+            _ptr(backend, pb),
+            rows,
+            n,
+            per_split,
+        ],
+    )
+    gw = grad_weight if grad_weight is not None else _temp(backend, (n,), w_dtype)
+    out = CTYPE[gw.dtype.name]
+    _launch(
+        backend,
+        "norm.cu",
+        f"ignis::norm_param_finish<{_w_ctype(x.dtype)}, {out}>",
+        min(MAX_GRID, -(-n // 256)),
+        256,
+        [
+            backend.data_ptr(pw),
+            _ptr(backend, pb),
+            backend.data_ptr(gw),
+            _ptr(backend, grad_bias),
+            splits,
+            n,
+        ],
+    )
+
+
+def layer_norm(
+    backend: Any,
+    y: NvArray,
+    mean: NvArray,
+    rstd: NvArray,
+    x: NvArray,
+    weight: NvArray | None,
+    bias: NvArray | None,
+    eps: float,
+) -> None:
+    """The ``layer_norm`` hook."""
+    _norm_forward(backend, y, mean, rstd, x, weight, bias, eps, rms=False)
+
+
+def rms_norm(
+    backend: Any, y: NvArray, rstd: NvArray, x: NvArray, weight: NvArray | None, eps: float
+) -> None:
+    """The ``rms_norm`` hook."""
+    _norm_forward(backend, y, None, rstd, x, weight, None, eps, rms=True)
+
+
+def layer_norm_backward(
+    backend: Any,
+    grad_x: NvArray | None,
+    grad_weight: NvArray | None,
+    grad_bias: NvArray | None,
+    grad_y: NvArray,
+    x: NvArray,
+    mean: NvArray,
+    rstd: NvArray,
+    weight: NvArray | None,
+) -> None:
+    """The ``layer_norm_backward`` hook."""
+    _norm_backward(backend, grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight, False)
+
+
+def rms_norm_backward(
+    backend: Any,
+    grad_x: NvArray | None,
+    grad_weight: NvArray | None,
+    grad_y: NvArray,
+    x: NvArray,
+    rstd: NvArray,
+    weight: NvArray | None,
+) -> None:
+    """The ``rms_norm_backward`` hook."""
+    _norm_backward(backend, grad_x, grad_weight, None, grad_y, x, None, rstd, weight, True)
+
+
+# --- softmax backward -----------------------------------------------------------------------------
+
+
+def softmax_backward(backend: Any, grad_x: NvArray, grad_y: NvArray, y: NvArray, log: bool) -> None:
+    """The ``softmax_backward`` hook."""
+    rows, n = y.shape
+    t, g = CTYPE[y.dtype.name], CTYPE[grad_y.dtype.name]
+    ptrs = [backend.data_ptr(grad_y), backend.data_ptr(y), backend.data_ptr(grad_x)]
+    vec = vector_width(y.dtype.itemsize, n, ptrs)
+    cfg = row_config(n, vec, _w_size(y.dtype), 2)
+    _launch(
+        backend,
+        "norm.cu",
+        f"ignis::softmax_bwd<{t}, {g}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}>",
+        _grid(rows, cfg),
+        cfg[2],
+        ptrs + [rows, n, bool(log)],
+    )
+
+
+# --- cross-entropy --------------------------------------------------------------------------------
+
+
+def _ce_threads(n_classes: int) -> int:
+    return min(CE_MAX_THREADS, max(32, _pow2_at_least(-(-n_classes // CE_VALUES))))
+
+
+def _ignore(ignore_index: int | None) -> tuple[int, bool]:
+    return (0, False) if ignore_index is None else (int(ignore_index), True)
+
+
+def cross_entropy(
+    backend: Any,
+    loss: NvArray,
+    lse: NvArray,
+    logits: NvArray,
+    targets: NvArray,
+    ignore_index: int | None,
+    label_smoothing: float,
+    reduction: str,
+) -> None:
+    """The ``cross_entropy`` hook."""
+    rows, n_classes = logits.shape
+    t, i = CTYPE[logits.dtype.name], CTYPE[targets.dtype.name]
+    w_dtype = lse.dtype
+    ig, has_ignore = _ignore(ignore_index)
+    direct = reduction == "none" and loss.dtype == w_dtype
+    rows_loss = loss if direct else _temp(backend, (rows,), w_dtype)
+    _launch(
+        backend,
+        "cross_entropy.cu",
+        f"ignis::ce_fwd<{t}, {i}, {16 // logits.dtype.itemsize}>",
+        min(MAX_GRID, rows),
+        _ce_threads(n_classes),
+        [
+            backend.data_ptr(logits),
+            backend.data_ptr(targets),
+            backend.data_ptr(rows_loss),
+            backend.data_ptr(lse),
+            rows,
+            n_classes,
+            ig,
+            has_ignore,
+            float(label_smoothing),
+        ],
+    )
+    if reduction == "none":
+        if not direct:
+            backend.copy(loss, rows_loss)
+        return
+    _launch(
+        backend,
+        "cross_entropy.cu",
+        f"ignis::ce_reduce<{_w_ctype(logits.dtype)}, {CTYPE[loss.dtype.name]}, {i}>",
+        1,
+        REDUCE_THREADS,
+        [
+            backend.data_ptr(rows_loss),
+            backend.data_ptr(targets),
+            backend.data_ptr(loss),
+            None,
+            rows,
+            ig,
+            has_ignore,
+            reduction == "mean",
+        ],
+    )
+
+
+def cross_entropy_backward(
+    backend: Any,
+    grad_logits: NvArray,
+    grad_loss: NvArray,
+    logits: NvArray,
+    targets: NvArray,
+    lse: NvArray,
+    ignore_index: int | None,
+    label_smoothing: float,
+    reduction: str,
+) -> None:
+    """The ``cross_entropy_backward`` hook."""
+    rows, n_classes = logits.shape
+    t, i, w = CTYPE[logits.dtype.name], CTYPE[targets.dtype.name], _w_ctype(logits.dtype)
+    ig, has_ignore = _ignore(ignore_index)
+    count = None
+    if reduction == "mean":
+        count = _temp(backend, (1,), dt.int64)
+        _launch(
+            backend,
+            "cross_entropy.cu",
+            f"ignis::ce_reduce<{w}, {w}, {i}>",
+            1,
+            REDUCE_THREADS,
+            [
+                None,
+                backend.data_ptr(targets),
+                None,
+                backend.data_ptr(count),
+                rows,
+                ig,
+                has_ignore,
+                True,
+            ],
+        )
+    z_ptr, g_ptr = backend.data_ptr(logits), backend.data_ptr(grad_logits)
+    vec = 16 // logits.dtype.itemsize if (g_ptr - z_ptr) % 16 == 0 else 1
+    _launch(
+        backend,
+        "cross_entropy.cu",
+        f"ignis::ce_bwd<{t}, {i}, {vec}>",
+        min(MAX_GRID, rows),
+        _ce_threads(n_classes),
+        [
+            backend.data_ptr(grad_loss),
+            _ptr(backend, count),
+            z_ptr,
+            backend.data_ptr(targets),
+            backend.data_ptr(lse),
+            g_ptr,
+            rows,
+            n_classes,
+            ig,
+            has_ignore,
+            float(label_smoothing),
+            reduction == "none",
+        ],
+    )

@@ -1,0 +1,491 @@
+"""The training run: data, model, AdamW with warm-up and cosine decay, evaluation, checkpoints,
+a generated sample and the loss plot.
+
+Example::
+
+    >>> from ignis_autograd.demo.config import default_config
+    >>> from ignis_autograd.demo.train import RunOptions, run
+    >>> result = run(default_config("cpu"), RunOptions(out_dir="out", device="cpu"))
+    >>> result.val_loss          # held-out cross-entropy after training, nats per token
+
+Reproducibility: the weights come from ``ignis.random`` seeded with ``seed``; the batches from
+an ``ignis.random.Generator(seed + 1)``; dropout from the default ``ignis.random`` stream. A
+checkpoint stores both streams' ``(seed, offset)`` with the optimizer and schedule state, so a
+resumed run continues exactly where an uninterrupted one would be (on the same device).
+Evaluation and sampling use streams of their own and never disturb training.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+import numpy as np
+
+import ignis
+
+from ..tape import no_grad
+from . import model as seam
+from .checkpoint import (
+    META_FILE,
+    OPTIMIZER_FILE,
+    WEIGHTS_FILE,
+    Checkpoint,
+    checkpoint_exists,
+    load_checkpoint,
+    save_checkpoint,
+)
+from .config import MODEL_FIELDS, DemoConfig
+from .data import CharDataset, CharVocab, DemoError, load_text, text_digest
+from .plot import plot_losses
+from .progress import Progress, format_duration
+
+__all__ = ["RunOptions", "RunResult", "run", "SAMPLE_FILE", "PLOT_FILE"]
+
+SAMPLE_FILE = "sample.txt"
+PLOT_FILE = "loss.png"
+
+
+@dataclass
+class RunOptions:
+    """How to run (as opposed to what to train, :class:`DemoConfig`).
+
+    ``out_dir``: where the checkpoint, sample and plot go. ``device``: ``"cpu"`` or
+    ``"cuda:N"``. ``resume``: continue from the checkpoint in ``out_dir``. ``text_path``: the
+    training text (None: the built-in text, or the checkpoint's). ``sample_tokens``:
+    characters to generate at the end (0: none). ``prompt`` (None: a newline),
+    ``temperature``, ``top_k``: sampling. ``stop_at``: end this run after that step with a
+    checkpoint, as an interruption would (the schedule still spans ``steps``). ``quiet``:
+    print only the final summary. ``tf32``: let float32 matmuls on a GPU use TF32 tensor
+    cores. ``read_every``: steps between reads of the training loss (None: 10 on a GPU, where
+    a read waits for the device, 1 on the CPU). ``stream``: where lines go (stdout);
+    ``progress_stream``: where the bar is drawn (stderr, terminals only). ``changed``: the
+    config fields given explicitly (a resumed run checks them against the checkpoint).
+    """
+
+    out_dir: str = "ignis-demo-out"
+    device: str = "cpu"
+    resume: bool = False
+    text_path: str | None = None
+    sample_tokens: int = 300
+    prompt: str | None = None
+    temperature: float = 0.8
+    top_k: int | None = 20
+    stop_at: int | None = None
+    quiet: bool = False
+    tf32: bool = True
+    read_every: int | None = None
+    stream: TextIO | None = None
+    progress_stream: TextIO | None = None
+    changed: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """What a run did: the last ``step``, the loss curves (``(step, nats per token)``),
+    the final held-out loss, the sample text, seconds spent training and tokens per second."""
+
+    step: int
+    train_losses: list[tuple[int, float]]
+    val_losses: list[tuple[int, float]]
+    val_loss: float
+    sample: str
+    train_seconds: float
+    tokens_per_second: float
+    out_dir: str
+    config: DemoConfig
+
+
+class _Printer:
+    def __init__(self, opts: RunOptions, bar: Progress | None = None):
+        self.stream = opts.stream if opts.stream is not None else sys.stdout
+        self.quiet = opts.quiet
+        self.bar = bar
+
+    def __call__(self, text: str, always: bool = False) -> None:
+        if self.quiet and not always:
+            return
+        if self.bar is not None:
+            self.bar.clear()
+        print(text, file=self.stream, flush=True)
+
+
+@contextmanager
+def _default_device(device: str) -> Iterator[None]:
+    # Layers allocate on the default device; restore the caller's choice afterwards (an
+    # automatic default stays automatic).
+    before = ignis.get_default_device()
+    ignis.set_default_device(device)
+    try:
+        yield
+    finally:
+        ignis.set_default_device(None)
+        if ignis.get_default_device() != before:
+            ignis.set_default_device(before)
+
+
+@contextmanager
+def _own_random_stream() -> Iterator[None]:
+    # The run seeds the default ignis.random stream (weights, dropout); the caller's stream
+    # continues afterwards as if the run had not happened.
+    before = ignis.random.get_state()
+    try:
+        yield
+    finally:
+        ignis.random.set_state(before)
+
+
+@contextmanager
+def _tf32(enabled: bool) -> Iterator[None]:
+    # float32 matmuls on TF32 tensor cores (10-bit mantissa products, float32 sums): several
+    # times faster, and well inside the noise of training; restored afterwards.
+    before = ignis.get_allow_tf32()
+    ignis.set_allow_tf32(enabled)
+    try:
+        yield
+    finally:
+        ignis.set_allow_tf32(before)
+
+
+class _StopRequest:
+    """Ctrl-C asks the loop to stop after the current step (and save); a second one aborts."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _resolve_text(opts: RunOptions, ck: Checkpoint | None) -> tuple[str, str]:
+    path = opts.text_path
+    if ck is not None and path is None:
+        source = ck.meta["text"]["source"]
+        path = source if os.path.isabs(source) else None
+    text, source = load_text(path)
+    if ck is not None and text_digest(text) != ck.meta["text"]["digest"]:
+        raise DemoError(
+            f"--resume: the text ({source}) is not the one the checkpoint was trained on "
+            f"({ck.meta['text']['source']}); give that text with --text"
+        )
+    return text, source
+
+
+def _resume_config(saved: DemoConfig, changed: dict[str, Any]) -> DemoConfig:
+    """The checkpoint's config, with what a continuation may change taken from ``changed``
+    (the flags given on this command line)."""
+    for name in MODEL_FIELDS + (
+        "batch_size",
+        "lr",
+        "min_lr",
+        "warmup_steps",
+        "weight_decay",
+        "seed",
+        "dropout",
+        "grad_clip",
+    ):
+        if name in changed and changed[name] != getattr(saved, name):
+            raise DemoError(
+                f"--resume: {name} = {changed[name]!r} differs from the checkpoint's "
+                f"{getattr(saved, name)!r}; leave it out to continue, or start a new run in "
+                "another --out directory"
+            )
+    allowed = {
+        k: v
+        for k, v in changed.items()
+        if k in ("steps", "eval_interval", "eval_batches", "log_interval")
+    }
+    return replace(saved, **allowed)
+
+
+class Trainer:
+    """The model, optimizer, schedule and random streams of one run: one training step,
+    evaluation, sampling, and the checkpoint's contents.
+
+    Construction seeds ``ignis.random`` with ``cfg.seed`` and builds the model from it; the
+    batches come from ``Generator(seed + 1)``, evaluation batches from ``seed + 2`` (the same
+    batches every evaluation) and samples from ``seed + 3``.
+    """
+
+    def __init__(
+        self,
+        cfg: DemoConfig,
+        vocab: CharVocab,
+        data: CharDataset,
+        device: str,
+        text_info: dict[str, str],
+    ):
+        self.cfg, self.vocab, self.data, self.device = cfg, vocab, data, device
+        self.text_info = text_info
+        ignis.random.seed(cfg.seed)
+        self.model = seam.build_model(cfg, vocab.size, device)
+        self.opt, self.sched = seam.build_optimizer(self.model, cfg)
+        self.batches = ignis.random.Generator(cfg.seed + 1)
+        self.step = 0
+        self.history: dict[str, list[tuple[int, float]]] = {"train": [], "val": []}
+        self.n_params = int(self.model.num_parameters())
+
+    def restore(self, ck: Checkpoint) -> None:
+        """Continue from ``ck``: weights, optimizer and schedule state, both random streams."""
+        self.model.load_state_dict(ck.model_state)
+        self.opt.load_state_dict(ck.optimizer_state)
+        self.sched.load_state_dict(ck.meta["scheduler"])
+        if self.cfg.steps != int(ck.meta["config"]["steps"]):
+            # The schedule's length is part of its state: a new total re-targets the decay.
+            self.sched.total_steps = self.cfg.steps
+        self.batches.set_state(tuple(ck.meta["rng"]["batches"]))
+        ignis.random.set_state(tuple(ck.meta["rng"]["dropout"]))
+        self.step = int(ck.meta["step"])
+        self.history = {
+            k: [(int(s), float(v)) for s, v in pts] for k, pts in ck.meta["history"].items()
+        }
+
+    def train_step(self) -> Any:
+        """One optimizer step on a fresh batch; returns its loss, a device scalar (nats per
+        token) that is not read here, so the host can queue the next step before this one has
+        finished. Record it with :meth:`record` once read."""
+        x, y = self.data.batch("train", self.cfg.batch_size, self.batches)
+        loss = seam.loss_of(self.model, x, y, self.device)
+        self.opt.zero_grad()
+        loss.backward()
+        seam.clip_gradients(self.model, self.cfg.grad_clip)
+        self.opt.step()
+        self.sched.step()
+        self.step += 1
+        return loss.data
+
+    def record(self, step: int, value: float) -> None:
+        """Add a training loss to the history."""
+        self.history["train"].append((step, value))
+
+    def evaluate(self) -> float:
+        """Mean held-out loss over ``eval_batches`` fixed batches, recorded in the history."""
+        cfg = self.cfg
+        gen = ignis.random.Generator(cfg.seed + 2)
+        self.model.eval()
+        total = 0.0
+        try:
+            with no_grad():
+                for _ in range(cfg.eval_batches):
+                    x, y = self.data.batch("val", cfg.batch_size, gen)
+                    total += float(seam.loss_of(self.model, x, y, self.device).item())
+        finally:
+            self.model.train()
+        value = total / cfg.eval_batches
+        self.history["val"].append((self.step, value))
+        return value
+
+    def sample(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None) -> str:
+        """The prompt and ``n`` generated characters."""
+        gen = ignis.random.Generator(self.cfg.seed + 3)
+        if top_k is not None:
+            top_k = min(top_k, self.vocab.size)  # "the k likeliest" of fewer than k is all
+        ids = seam.generate(self.model, prompt_ids, n, self.device, temperature, top_k, gen)
+        return self.vocab.decode(ids)
+
+    def save(self, out_dir: str) -> None:
+        """Write the checkpoint of the current step into ``out_dir``."""
+        meta = {
+            "step": self.step,
+            "config": self.cfg.to_dict(),
+            "vocab": self.vocab.chars,
+            "text": self.text_info,
+            "rng": {
+                "batches": list(self.batches.get_state()),
+                "dropout": list(ignis.random.get_state()),
+            },
+            "scheduler": self.sched.state_dict(),
+            "history": {k: [list(p) for p in v] for k, v in self.history.items()},
+            "n_parameters": self.n_params,
+            "device": self.device,
+        }
+        save_checkpoint(
+            out_dir,
+            model_state=self.model.state_dict(),
+            optimizer_state=self.opt.state_dict(),
+            meta=meta,
+            save_tensors=seam.save_tensors,
+        )
+
+
+def _prompt_ids(vocab: CharVocab, prompt: str | None) -> np.ndarray:
+    if not prompt:
+        # A newline starts a paragraph; a text without one starts from its first character.
+        return vocab.encode("\n" if "\n" in vocab.chars else vocab.chars[0])
+    try:
+        return vocab.encode(prompt)
+    except DemoError:
+        unknown = sorted(set(prompt) - set(vocab.chars))
+        raise DemoError(
+            f"--prompt: the characters {''.join(unknown)!r} are not in the text's vocabulary"
+        ) from None
+
+
+def _train(
+    tr: Trainer, end: int, opts: RunOptions, bar: Progress, say: _Printer
+) -> tuple[float, int]:
+    """Step until ``end`` (or Ctrl-C), logging, evaluating and saving on the way; returns
+    (seconds spent training, not counting evaluations and saves; tokens trained on).
+
+    On a GPU the losses are read every few steps rather than after each one: reading one
+    waits for its step to finish, and the host would then sit idle while the device runs.
+    """
+    cfg = tr.cfg
+    read_every = opts.read_every or (10 if tr.device.startswith("cuda") else 1)
+    pending: list[tuple[int, Any]] = []
+    t_start = time.perf_counter()
+    aside = 0.0  # seconds of evaluation and saving, left out of the training time
+    tokens = 0
+
+    def read_losses() -> float:
+        value = float("nan")
+        for step, loss in pending:
+            value = float(loss.item())
+            tr.record(step, value)
+            if not math.isfinite(value):
+                bar.close()
+                raise DemoError(
+                    f"training diverged at step {step} (loss {value}); try a smaller --lr"
+                )
+            bar.update(step, value, cfg.tokens_per_step)
+        pending.clear()
+        return value
+
+    with _StopRequest() as stop:
+        while tr.step < end:
+            pending.append((tr.step + 1, tr.train_step()))
+            tokens += cfg.tokens_per_step
+            step = tr.step
+            interrupted = stop.requested
+            log = step % cfg.log_interval == 0 or step == end
+            evaluate = step % cfg.eval_interval == 0 or step == end or interrupted
+            if not (log or evaluate or interrupted or step % read_every == 0):
+                continue
+            value = read_losses()
+            if log:
+                say(
+                    f"step {step:>6}/{cfg.steps} | loss {value:.4f} | "
+                    f"lr {seam.current_lr(tr.opt):.2e} | {bar.tokens_per_second:,.0f} tok/s"
+                    f" | ETA {format_duration(bar.eta)}"
+                )
+            if evaluate:
+                t0 = time.perf_counter()
+                say(f"step {step:>6}/{cfg.steps} | held-out loss {tr.evaluate():.4f}")
+                tr.save(opts.out_dir)
+                aside += time.perf_counter() - t0
+            if interrupted:
+                say(f"interrupted: checkpoint at step {step}; continue with --resume")
+                break
+    return time.perf_counter() - t_start - aside, tokens
+
+
+def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
+    """Train (or continue training) the character-level GPT and write the outputs.
+
+    Raises :class:`DemoError` for bad input (text, checkpoint, settings).
+    """
+    ck = None
+    if opts.resume:
+        ck = load_checkpoint(opts.out_dir, load_tensors=lambda p: seam.load_tensors(p, opts.device))
+        cfg = _resume_config(DemoConfig.from_dict(ck.meta["config"]), opts.changed)
+    text, source = _resolve_text(opts, ck)
+    vocab = CharVocab(ck.meta["vocab"]) if ck is not None else CharVocab.from_text(text)
+    data = CharDataset(vocab.encode(text), cfg.context)
+    prompt_ids = _prompt_ids(vocab, opts.prompt)  # a bad prompt fails before training
+    device = opts.device
+    end = cfg.steps if opts.stop_at is None else min(cfg.steps, opts.stop_at)
+    say = _Printer(opts)
+
+    with (
+        _default_device(device),
+        _own_random_stream(),
+        _tf32(opts.tf32 and device.startswith("cuda")),
+    ):
+        tr = Trainer(cfg, vocab, data, device, {"source": source, "digest": text_digest(text)})
+        if ck is not None:
+            tr.restore(ck)
+        say(
+            f"ignis demo: {tr.n_params:,} parameters | {cfg.n_layers} layers, dim {cfg.dim}, "
+            f"{cfg.n_heads} heads, context {cfg.context} | vocabulary {vocab.size} | "
+            f"{len(data.splits['train']):,} training / {len(data.splits['val']):,} held-out "
+            f"characters ({source}) | {device}, {cfg.dtype}"
+        )
+        if ck is not None:
+            say(f"resuming from step {tr.step} in {opts.out_dir}")
+        elif checkpoint_exists(opts.out_dir):
+            say(
+                f"a new run: the checkpoint in {opts.out_dir} will be replaced "
+                "(--resume continues it)"
+            )
+        if tr.step >= end:
+            say(f"nothing to train: the checkpoint is at step {tr.step}, --steps is {cfg.steps}")
+        progress_stream = (
+            None
+            if opts.quiet
+            else (opts.progress_stream if opts.progress_stream is not None else sys.stderr)
+        )
+        bar = Progress(end, start=tr.step, stream=progress_stream)
+        say.bar = bar
+        train_time, tokens = _train(tr, end, opts, bar, say)
+        bar.close()
+
+        if not tr.history["val"] or tr.history["val"][-1][0] != tr.step:
+            tr.evaluate()
+            tr.save(opts.out_dir)
+        val_loss = tr.history["val"][-1][1]
+        sample = ""
+        if opts.sample_tokens > 0:
+            sample = tr.sample(prompt_ids, opts.sample_tokens, opts.temperature, opts.top_k)
+            with open(os.path.join(opts.out_dir, SAMPLE_FILE), "w", encoding="utf-8") as f:
+                f.write(sample)
+            say("--- sample " + "-" * 60)
+            say(sample)
+            say("-" * 71)
+
+    history = tr.history
+    step = tr.step
+    tps = tokens / train_time if train_time > 0 else 0.0
+    plotted = plot_losses(history["train"], history["val"], os.path.join(opts.out_dir, PLOT_FILE))
+    say(
+        f"done: step {step}/{cfg.steps} | held-out loss {val_loss:.4f} "
+        f"({val_loss / math.log(2):.3f} bits/char) | {tps:,.0f} tok/s | "
+        f"trained {format_duration(train_time)}",
+        always=True,
+    )
+    say(
+        f"wrote {os.path.join(opts.out_dir, WEIGHTS_FILE)}, {META_FILE}, {OPTIMIZER_FILE}"
+        + (f", {SAMPLE_FILE}" if sample else "")
+        + (f", {PLOT_FILE}" if plotted else " (no loss.png: matplotlib is not installed)"),
+        always=True,
+    )
+    return RunResult(
+        step=step,
+        train_losses=history["train"],
+        val_losses=history["val"],
+        val_loss=val_loss,
+        sample=sample,
+        train_seconds=train_time,
+        tokens_per_second=tps,
+        out_dir=opts.out_dir,
+        config=cfg,
+    )

@@ -1,0 +1,1081 @@
+"""ignis.nn.attention / attention_backward / decode_attention against an independent NumPy
+float64 reference and PyTorch, on every device (the CUDA kernels where a GPU exists)."""
+
+from __future__ import annotations
+
+import math
+
+import ignis.nn
+import ml_dtypes
+import numpy as np
+import pytest
+from ignis._array._cuda_backend import attention as cuda_attention
+
+import ignis
+from ignis import DeviceMismatchError, DTypeError, ShapeError, _sources
+
+TOL = {"float64": 1e-10, "float32": 3e-5, "float16": 4e-3, "bfloat16": 2.5e-2}
+NP_DTYPE = {
+    "float64": np.float64,
+    "float32": np.float32,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+}
+
+
+# --- reference -----------------------------------------------------------------------------------
+
+
+def ref_attention(q, k, v, causal, scale, grad=None):
+    """float64 attention written out row by row (independent of the library's CPU code):
+    (out, lse) and, with ``grad``, (dq, dk, dv) by the textbook softmax Jacobian."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    *lead, n_q, e = q.shape
+    n_k = k.shape[-2]
+    out = np.zeros(q.shape)
+    lse = np.full(q.shape[:-1], -np.inf)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    for idx in np.ndindex(*lead):
+        for i in range(n_q):
+            last = i + n_k - n_q if causal else n_k - 1
+            if last < 0:
+                continue  # no visible key
+            keys = slice(0, last + 1)
+            s = k[idx][keys] @ q[idx][i] * scale
+            m = s.max()
+            w = np.exp(s - m)
+            p = w / w.sum()
+            out[idx][i] = p @ v[idx][keys]
+            lse[idx][i] = m + math.log(w.sum())
+            if grad is not None:
+                g = np.asarray(grad, np.float64)[idx][i]
+                dp = v[idx][keys] @ g
+                ds = p * (dp - p @ dp) * scale
+                dv[idx][keys] += np.outer(p, g)
+                dq[idx][i] += ds @ k[idx][keys]
+                dk[idx][keys] += np.outer(ds, q[idx][i])
+    return out, lse, (dq, dk, dv)
+
+
+def rounded(x, dtype):
+    """x rounded to ``dtype`` and back to float64: what the device sees."""
+    return np.asarray(x).astype(NP_DTYPE[dtype]).astype(np.float64)
+
+
+def make(rng, shape, dtype, device):
+    host = rounded(rng.standard_normal(shape), dtype)
+    return host, ignis.asarray(host.astype(NP_DTYPE[dtype]), device=device)
+
+
+def host(a):
+    return np.asarray(a.to_host()).astype(np.float64)
+
+
+def assert_close(got, want, dtype, what):
+    tol = TOL[dtype] * max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    finite = np.isfinite(want)
+    assert np.array_equal(np.isfinite(got), finite), f"{what}: Inf/NaN pattern differs"
+    err = float(np.max(np.abs(got[finite] - want[finite]), initial=0.0))
+    assert err <= tol, f"{what}: max error {err:.3g} > {tol:.3g}"
+
+
+# --- forward and backward ------------------------------------------------------------------------
+
+SHAPES = [  # (B, H, L, S, E)
+    (1, 1, 1, 1, 32),
+    (2, 3, 17, 17, 64),
+    (1, 2, 129, 129, 32),
+    (1, 1, 1, 33, 64),
+    (1, 2, 31, 100, 80),
+    (2, 1, 100, 31, 128),
+    (1, 1, 65, 130, 33),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_attention_matches_reference(device, dtype, causal, shape):
+    b, h, n_q, n_k, e = shape
+    rng = np.random.default_rng(hash((shape, causal)) % 2**32)
+    qh, q = make(rng, (b, h, n_q, e), dtype, device)
+    kh, k = make(rng, (b, h, n_k, e), dtype, device)
+    vh, v = make(rng, (b, h, n_k, e), dtype, device)
+    gh, g = make(rng, (b, h, n_q, e), dtype, device)
+    scale = 1.0 / math.sqrt(e)
+    want_out, want_lse, grads = ref_attention(qh, kh, vh, causal, scale, grad=gh)
+
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    assert lse.shape == (b, h, n_q)
+    assert lse.dtype.name == ("float64" if dtype == "float64" else "float32")
+    assert_close(host(out), want_out, dtype, "out")
+    assert_close(host(lse), want_lse, "float32" if dtype == "float64" else dtype, "lse")
+
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+    for name, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
+        assert got.dtype == q.dtype
+        assert_close(host(got), want, dtype, name)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_agrees_with_torch(device, causal):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    shape_q, shape_k = (2, 2, 23, 64), (2, 2, 41, 64)
+    qh, kh, vh = (
+        rng.standard_normal(shape_q),
+        rng.standard_normal(shape_k),
+        rng.standard_normal(shape_k),
+    )
+    gh = rng.standard_normal(shape_q)
+    tq, tk, tv = (torch.tensor(x, requires_grad=True) for x in (qh, kh, vh))
+    mask = torch.ones(23, 41, dtype=torch.bool).tril(41 - 23) if causal else None
+    tout = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=0.3)
+    tout.backward(torch.tensor(gh))
+    q, k, v, g = (ignis.asarray(x, dtype="float32", device=device) for x in (qh, kh, vh, gh))
+    out, lse = ignis.nn.attention(q, k, v, causal=causal, scale=0.3)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal, scale=0.3)
+    np.testing.assert_allclose(host(out), tout.detach().numpy(), atol=2e-5, rtol=1e-4)
+    for got, want in ((dq, tq.grad), (dk, tk.grad), (dv, tv.grad)):
+        np.testing.assert_allclose(host(got), want.numpy(), atol=5e-5, rtol=1e-4)
+
+
+def test_causal_rows_without_keys_are_zero(device):
+    # L > S: queries i < L - S see no key (mask aligned to the end).
+    rng = np.random.default_rng(3)
+    qh, q = make(rng, (1, 2, 9, 32), "float32", device)
+    kh, k = make(rng, (1, 2, 4, 32), "float32", device)
+    vh, v = make(rng, (1, 2, 4, 32), "float32", device)
+    out, lse = ignis.nn.attention(q, k, v, causal=True)
+    o, l_ = host(out), host(lse)
+    assert np.all(o[:, :, :5] == 0) and np.all(np.isneginf(l_[:, :, :5]))
+    assert np.all(np.isfinite(l_[:, :, 5:])) and np.abs(o[:, :, 5:]).max() > 0
+    g = ignis.asarray(rng.standard_normal((1, 2, 9, 32)), dtype="float32", device=device)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)
+    assert np.all(np.isfinite(host(dq))) and np.all(host(dq)[:, :, :5] == 0)
+    want = ref_attention(qh, kh, vh, True, 1 / math.sqrt(32), grad=host(g))[2]
+    for got, w in zip((dq, dk, dv), want, strict=True):
+        assert_close(host(got), w, "float32", "grad")
+
+
+def test_non_contiguous_and_unaligned_inputs(device):
+    rng = np.random.default_rng(5)
+    # (B, L, H, E) storage viewed as (B, H, L, E): strided inputs are made contiguous.
+    base = ignis.asarray(rng.standard_normal((2, 19, 3, 64)), dtype="bfloat16", device=device)
+    q = base.transpose(0, 2, 1, 3)
+    assert not q.is_contiguous
+    # A contiguous view one element into its buffer: not 16-byte aligned.
+    flat = ignis.asarray(rng.standard_normal(1 + 2 * 3 * 19 * 64), dtype="bfloat16", device=device)
+    k = flat[1:].reshape(2, 3, 19, 64)
+    v = ignis.asarray(rng.standard_normal((2, 3, 19, 64)), dtype="bfloat16", device=device)
+    out, lse = ignis.nn.attention(q, k, v, causal=True)
+    want, want_lse, _ = ref_attention(host(q), host(k), host(v), True, 1 / 8)
+    assert_close(host(out), want, "bfloat16", "out")
+    g = ignis.asarray(rng.standard_normal((2, 3, 19, 64)), dtype="bfloat16", device=device)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)
+    grads = ref_attention(host(q), host(k), host(v), True, 1 / 8, grad=host(g))[2]
+    for got, w in zip((dq, dk, dv), grads, strict=True):
+        assert_close(host(got), w, "bfloat16", "grad")
+
+
+def test_empty_inputs(device):
+    z = ignis.zeros((2, 3, 0, 32), device=device)
+    k = ignis.ones((2, 3, 5, 32), device=device)
+    out, lse = ignis.nn.attention(z, k, k)
+    assert out.shape == (2, 3, 0, 32) and lse.shape == (2, 3, 0)
+    q = ignis.ones((2, 3, 4, 32), device=device)
+    none = ignis.zeros((2, 3, 0, 32), device=device)
+    out, lse = ignis.nn.attention(q, none, none)
+    assert np.all(host(out) == 0) and np.all(np.isneginf(host(lse)))
+    dq, dk, dv = ignis.nn.attention_backward(q, q, none, none, out, lse)
+    assert np.all(host(dq) == 0) and dk.shape == (2, 3, 0, 32)
+    out, lse = ignis.nn.attention(
+        ignis.zeros((0, 3, 4, 32), device=device),
+        ignis.zeros((0, 3, 5, 32), device=device),
+        ignis.zeros((0, 3, 5, 32), device=device),
+    )
+    assert out.shape == (0, 3, 4, 32)
+
+
+def test_extreme_scores_stay_finite(device):
+    # Large logits: the online softmax must not overflow; -inf-free output for finite input.
+    rng = np.random.default_rng(11)
+    qh = rng.standard_normal((1, 1, 70, 32)) * 30
+    kh = rng.standard_normal((1, 1, 70, 32)) * 30
+    vh = rng.standard_normal((1, 1, 70, 32))
+    q, k, v = (ignis.asarray(x, dtype="float32", device=device) for x in (qh, kh, vh))
+    out, lse = ignis.nn.attention(q, k, v, causal=True)
+    want, want_lse, _ = ref_attention(
+        qh.astype(np.float32), kh.astype(np.float32), vh.astype(np.float32), True, 1 / math.sqrt(32)
+    )
+    # Logits near 1000: float32 rounding of the scores alone moves p by ~1e-3 relative.
+    np.testing.assert_allclose(host(out), want, atol=5e-3)
+    np.testing.assert_allclose(host(lse), want_lse, rtol=1e-5)
+    assert np.all(np.isfinite(host(out)))
+
+
+def test_nan_input_propagates(device):
+    q = ignis.asarray(np.full((1, 1, 3, 32), np.nan), dtype="float32", device=device)
+    k = ignis.ones((1, 1, 3, 32), device=device)
+    out, _ = ignis.nn.attention(q, k, k)
+    assert np.all(np.isnan(host(out)))
+
+
+# --- decode --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize(
+    "cache_len,s_max,e", [(1, 8, 64), (33, 40, 128), (1000, 1200, 80), (5000, 5000, 64)]
+)
+def test_decode_attention_matches_reference(device, dtype, cache_len, s_max, e):
+    rng = np.random.default_rng(cache_len)
+    qh, q = make(rng, (2, 3, 1, e), dtype, device)
+    kh, k = make(rng, (2, 3, s_max, e), dtype, device)
+    vh, v = make(rng, (2, 3, s_max, e), dtype, device)
+    out = ignis.nn.decode_attention(q, k, v, cache_len)
+    assert out.shape == (2, 3, 1, e) and out.dtype == q.dtype
+    want = ref_attention(qh, kh[:, :, :cache_len], vh[:, :, :cache_len], False, 1 / math.sqrt(e))[0]
+    assert_close(host(out), want, dtype, "decode")
+
+
+def test_decode_equals_attention_on_the_prefix(device):
+    rng = np.random.default_rng(2)
+    q = ignis.asarray(rng.standard_normal((1, 4, 1, 64)), dtype="float32", device=device)
+    k = ignis.asarray(rng.standard_normal((1, 4, 300, 64)), dtype="float32", device=device)
+    v = ignis.asarray(rng.standard_normal((1, 4, 300, 64)), dtype="float32", device=device)
+    got = ignis.nn.decode_attention(q, k, v, 257, scale=0.2)
+    want, _ = ignis.nn.attention(q, k[:, :, :257], v[:, :, :257], scale=0.2)
+    np.testing.assert_allclose(host(got), host(want), atol=2e-6)
+    zero = ignis.nn.decode_attention(q, k, v, 0)
+    assert np.all(host(zero) == 0)
+
+
+def test_decode_splits_cover_the_cache():
+    for bh, n, sms in [(1, 1, 132), (1, 5000, 132), (64, 100_000, 132), (4096, 70, 132)]:
+        splits, chunk = cuda_attention.decode_splits(bh, n, sms)
+        assert splits >= 1 and (splits - 1) * chunk < n <= splits * chunk
+    assert cuda_attention.decode_splits(1, 8192, 132)[0] > 64  # one head still fills the GPU
+
+
+# --- argument checks -----------------------------------------------------------------------------
+
+
+def test_bad_arguments_are_named():
+    q = ignis.ones((1, 2, 4, 32))
+    k = ignis.ones((1, 2, 6, 32))
+    with pytest.raises(ShapeError, match=r"attention: q must be 4-D .*got shape \(4, 32\)"):
+        ignis.nn.attention(ignis.ones((4, 32)), k, k)
+    with pytest.raises(
+        ShapeError, match=r"attention: expected q \(B, H, L, E\).*k \(1, 2, 6, 16\)"
+    ):
+        ignis.nn.attention(q, ignis.ones((1, 2, 6, 16)), k)
+    with pytest.raises(ShapeError, match="attention: batch and head dims differ"):
+        ignis.nn.attention(q, ignis.ones((1, 3, 6, 32)), ignis.ones((1, 3, 6, 32)))
+    with pytest.raises(ShapeError, match="head dim 160 is larger than the supported 128"):
+        big = ignis.ones((1, 1, 2, 160))
+        ignis.nn.attention(big, big, big)
+    with pytest.raises(ShapeError, match="attention: head dim is 0; expected 1 to 128"):
+        nothing = ignis.ones((1, 1, 2, 0))
+        ignis.nn.attention(nothing, nothing, nothing)
+    with pytest.raises(DTypeError, match="attention: k is float64 but q is float32"):
+        ignis.nn.attention(q, k.astype("float64"), k)
+    with pytest.raises(DTypeError, match="attention: q has dtype int32; expected float16"):
+        i = ignis.ones((1, 2, 4, 32), dtype="int32")
+        ignis.nn.attention(i, i, i)
+    with pytest.raises(TypeError, match="attention: v must be an NvArray, got list"):
+        ignis.nn.attention(q, k, [1.0])
+    with pytest.raises(ValueError, match="attention: scale must be finite, got nan"):
+        ignis.nn.attention(q, k, k, scale=float("nan"))
+    out, lse = ignis.nn.attention(q, k, k)
+    with pytest.raises(DTypeError, match="attention_backward: lse is float64; expected float32"):
+        ignis.nn.attention_backward(q, q, k, k, out, lse.astype("float64"))
+    with pytest.raises(ShapeError, match=r"attention_backward: lse has shape \(1, 2\)"):
+        ignis.nn.attention_backward(q, q, k, k, out, lse[:, :, 0])
+    with pytest.raises(ShapeError, match="attention_backward: grad_out"):
+        ignis.nn.attention_backward(k, q, k, k, out, lse)
+    with pytest.raises(ShapeError, match=r"decode_attention: q must be \(B, H, 1, E\)"):
+        ignis.nn.decode_attention(q, k, k, 3)
+    q1 = ignis.ones((1, 2, 1, 32))
+    with pytest.raises(ValueError, match=r"decode_attention: cache_len 7 is outside \[0, 6\]"):
+        ignis.nn.decode_attention(q1, k, k, 7)
+    with pytest.raises(TypeError, match="decode_attention: cache_len must be an int, got float"):
+        ignis.nn.decode_attention(q1, k, k, 2.0)
+
+
+@pytest.mark.gpu
+def test_device_mismatch_is_named():
+    q = ignis.ones((1, 1, 4, 32), device="cuda:0")
+    k = ignis.ones((1, 1, 4, 32))
+    with pytest.raises(DeviceMismatchError, match="attention: k is on cpu but q is on cuda:0"):
+        ignis.nn.attention(q, k, q)
+
+
+# --- the kernels compile (no GPU needed) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_every_kernel_instantiation_compiles(dtype):
+    # Two head dims (the smallest and the odd one) keep this quick; the templates do not
+    # depend on D beyond loop bounds.
+    names = set()
+    for d in (32, 96):
+        for causal in (False, True):
+            names.update(cuda_attention.kernel_names(dtype, d, causal).values())
+    obj = ignis.compile(
+        _sources.read_source("attention.cu"),
+        ignis.CompileOptions(arch="sm_90"),
+        name_expressions=sorted(names),
+    )
+    assert set(obj.lowered_names) == names and obj.log == ""
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_kernel_parameters_have_known_types(dtype):
+    # Launch arguments are packed from the parameter types read in the source: every one must
+    # be understood (a dependent type such as acc_type<T>::type would not be).
+    from ignis._signature import parse_kernel_params
+
+    src = _sources.read_source("attention.cu")
+    for name in cuda_attention.kernel_names(dtype, 64, True).values():
+        params = parse_kernel_params(src, name)
+        assert params and all(p.kind in ("pointer", "int", "float") for p in params), (name, params)
+
+
+def test_padded_head_dims():
+    assert [cuda_attention.padded_head_dim(e) for e in (1, 32, 33, 64, 80, 96, 100, 128)] == [
+        32,
+        32,
+        64,
+        64,
+        96,
+        96,
+        128,
+        128,
+    ]
+    with pytest.raises(ValueError, match="head dim 129"):
+        cuda_attention.padded_head_dim(129)
+
+
+# --- large cases on the GPU ----------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("e", [64, 128])
+def test_long_sequences_on_gpu_match_torch(dtype, causal, e):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    rng = np.random.default_rng(e)
+    shape = (2, 4, 1031, e)
+    tdt = getattr(torch, dtype)
+    qh, kh, vh, gh = (rng.standard_normal(shape) for _ in range(4))
+    q, k, v, g = (ignis.asarray(x, dtype=dtype, device="cuda:0") for x in (qh, kh, vh, gh))
+    tq, tk, tv, tg = (
+        torch.tensor(x, dtype=torch.float64, device="cuda").to(tdt).double().requires_grad_()
+        for x in (qh, kh, vh, gh)
+    )
+    tout = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    tout.backward(tg.detach())
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+    assert_close(host(out), tout.detach().cpu().numpy(), dtype, "out")
+    for name, got, want in (("dq", dq, tq.grad), ("dk", dk, tk.grad), ("dv", dv, tv.grad)):
+        assert_close(host(got), want.cpu().numpy(), dtype, name)
+
+
+# --- the CUDA backend's host side over a fake driver (no GPU needed) ------------------------------
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    import sys
+    from pathlib import Path
+
+    if ignis.is_available():
+        pytest.skip("fake driver tests: the GPU tests cover the real driver")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "runtime"))
+    fake_gpu = __import__("fake_gpu")
+    g = fake_gpu.install(monkeypatch)
+    monkeypatch.setattr(cuda_attention, "library_kernel", fake_gpu._library_kernel)
+    # Kernels above 48 KiB of shared memory opt in per function: record the request.
+    g.optin = []
+    monkeypatch.setattr(
+        fake_gpu.cu,
+        "cuFuncSetAttribute",
+        lambda fn, attr, value: g.optin.append((fn.name, value)),
+        raising=False,
+    )
+    yield g
+    fake_gpu.uninstall()
+    sys.modules.pop("fake_gpu", None)
+
+
+def _u64(b):
+    return int.from_bytes(b, "little", signed=False)
+
+
+def _i32(b):
+    return int.from_bytes(b, "little", signed=True)
+
+
+@pytest.mark.parametrize(
+    "dtype,kind", [("bfloat16", "tc"), ("float32", "simt"), ("float64", "simt")]
+)
+def test_launches_over_a_fake_driver(fake, dtype, kind):
+    import struct
+
+    q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
+    k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
+    fake.launches.clear()
+    out, lse = ignis.nn.attention(q, k, k, causal=True, scale=0.5)
+    ((name, grid, block, _, args),) = fake.launches
+    t = {"bfloat16": "ignis::bfloat16", "float32": "float", "float64": "double"}[dtype]
+    assert name == f"ignis::attn::flash_fwd_{kind}<{t}, 96, true>"
+    assert [_u64(a) for a in args[:5]] == [
+        q.data_ptr,
+        k.data_ptr,
+        k.data_ptr,
+        out.data_ptr,
+        lse.data_ptr,
+    ]
+    assert [_i32(a) for a in args[5:8]] == [100, 70, 80]
+    if kind == "tc":
+        assert grid == (2, 6, 1) and block == (128, 1, 1)
+        assert struct.unpack("<f", args[8])[0] == pytest.approx(0.5 * 1.4426950408889634)
+    else:
+        assert grid == (4, 6, 1) and block == (256, 1, 1)
+        fmt = "<d" if dtype == "float64" else "<f"
+        assert struct.unpack(fmt, args[8])[0] == 0.5
+    fake.launches.clear()
+    ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
+    names = [n.split("<")[0] for n, *_ in fake.launches]
+    # Scalar dK/dV tiles at head dim 96: more than 48 KiB of shared memory, under 227 KiB.
+    assert kind == "tc" or any("dkdv" in n and 48 * 1024 < v <= 227 * 1024 for n, v in fake.optin)
+    assert names == [
+        "ignis::attn::attn_row_dot",
+        f"ignis::attn::flash_bwd_dkdv_{kind}",
+        f"ignis::attn::flash_bwd_dq_{kind}",
+    ]
+    fake.launches.clear()
+    q1 = ignis.empty((2, 3, 1, 80), dtype=dtype, device="cuda:0")
+    ignis.nn.decode_attention(q1, k, k, 65)
+    (n1, g1, *_), (n2, g2, *_) = fake.launches
+    assert n1.startswith("ignis::attn::decode_partial<") and n2.startswith(
+        "ignis::attn::decode_combine<"
+    )
+    assert g1 == (2, 6, 1) and g2 == (6, 1, 1)  # 65 rows: two splits of at least 64 rows
+
+
+# --- the kernels on a host emulator (no GPU needed) ---------------------------------------------
+# The CUDA kernels of attention.cu compiled as host C++ against an emulation of the CUDA features
+# they use (threads as coroutines, barriers, warp shuffles, ldmatrix, mma, cp.async): their index
+# math, masking of partial tiles and pipelining run here exactly as written.
+
+EMULATOR_SOURCE = r"""
+// Host emulator of the attention kernels in attention.cu: every CUDA thread of a block is a
+// coroutine; __syncthreads, the warp shuffles and the warp-collective tensor-core primitives
+// (ldmatrix, mma) are barriers the coroutines meet at, in a shuffled order. cp.async poisons its
+// destination when issued and copies when waited for, so a missing wait or barrier shows up as NaN.
+//
+// Build: c++ -std=c++17 -O1 -I<cuda_src> -DEMU_T=<type> -DEMU_D=<head dim> -DEMU_CAUSAL=<0|1>
+//        -DEMU_TC=<0|1>
+// Run:   emulator <input> <output> bh L S E scale       (input: q, k, v, dout; output: out,
+//        lse, dq, dk, dv of attention and the decode attention of each head's first query over
+//        all S keys, all raw little-endian)
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <type_traits>
+#include <vector>
+
+#define IGNIS_TC_HOST_EMULATION 1
+#define IGNIS_ATTN_HOST_EMULATION 1
+#include "ignis_types.cuh"
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __restrict__ __restrict
+#define __align__(n) alignas(n)
+#define IGNIS_DEV inline
+
+using std::max;
+using std::min;
+
+struct Dim3 {
+  unsigned x, y, z;
+};
+
+namespace emu {
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "emulator: %s\n", what);
+  std::exit(3);
+}
+
+struct Copy {
+  void* dst;
+  const void* src;
+  int bytes;
+};
+
+struct Thread {
+  ucontext_t ctx;
+  Dim3 tid;
+  bool done = false;
+  std::vector<char> stack;
+  std::vector<Copy> open;
+  std::vector<std::vector<Copy>> groups;
+};
+
+struct Barrier {
+  int expected = 0, count = 0;
+  long gen = 0;
+};
+
+Thread* current = nullptr;
+ucontext_t scheduler;
+std::vector<Thread> threads;
+Dim3 block_idx, block_dim, grid_dim;
+long events = 0;
+Barrier block_barrier;
+
+struct WarpSlots {
+  Barrier bar;
+  int op[32];
+  const unsigned char* addr[32];
+  ignis::uint32 a[32][4];
+  ignis::uint32 b[32][2];
+  float c[32][4];
+  ignis::uint64 v[32];
+};
+std::vector<WarpSlots> warps;
+
+unsigned char* dyn_smem = nullptr;
+size_t dyn_smem_size = 0;
+struct Range {
+  const unsigned char* lo;
+  const unsigned char* hi;
+};
+std::vector<Range> readable;
+
+void yield() { swapcontext(&current->ctx, &scheduler); }
+
+void arrive_and_wait(Barrier& b) {
+  const long gen = b.gen;
+  ++events;
+  if (++b.count == b.expected) {
+    b.count = 0;
+    ++b.gen;
+    return;
+  }
+  while (b.gen == gen) yield();
+}
+
+int lane() { return (int)(current->tid.x & 31); }
+WarpSlots& warp() { return warps[current->tid.x / 32]; }
+
+template <class Deposit, class Compute>
+void collective(int op, Deposit deposit, Compute compute) {
+  WarpSlots& w = warp();
+  const int l = lane();
+  deposit(w, l);
+  w.op[l] = op;
+  arrive_and_wait(w.bar);
+  for (int i = 0; i < 32; ++i)
+    if (w.op[i] != op) die("lanes of a warp reached different warp-collective operations");
+  compute(w, l);
+  arrive_and_wait(w.bar);
+}
+
+void check_smem(const void* p, size_t bytes, size_t align, const char* what) {
+  const unsigned char* c = (const unsigned char*)p;
+  if (c < dyn_smem || c + bytes > dyn_smem + dyn_smem_size) {
+    std::fprintf(stderr, "emulator: %s outside the dynamic shared memory\n", what);
+    std::exit(3);
+  }
+  if (((size_t)(c - dyn_smem)) % align != 0) die("misaligned shared-memory access");
+}
+
+void check_global(const void* p, int bytes) {
+  const unsigned char* c = (const unsigned char*)p;
+  for (const Range& r : readable)
+    if (c >= r.lo && c + bytes <= r.hi) return;
+  die("cp.async reads outside the inputs");
+}
+
+}  // namespace emu
+
+#define threadIdx (::emu::current->tid)
+#define blockIdx (::emu::block_idx)
+#define blockDim (::emu::block_dim)
+#define gridDim (::emu::grid_dim)
+inline void __syncthreads() { ::emu::arrive_and_wait(::emu::block_barrier); }
+
+template <class V> V shfl_impl(V v, int src_of_lane(int, int), int arg) {
+  static_assert(sizeof(V) <= 8, "");
+  V r;
+  ::emu::collective(
+      6, [&](::emu::WarpSlots& w, int l) { w.v[l] = 0; std::memcpy(&w.v[l], &v, sizeof(V)); },
+      [&](::emu::WarpSlots& w, int l) {
+        const int src = src_of_lane(l, arg);
+        std::memcpy(&r, &w.v[src], sizeof(V));
+      });
+  return r;
+}
+inline int xor_lane(int l, int m) { return (l ^ m) & 31; }
+inline int idx_lane(int, int s) { return s & 31; }
+template <class V> V __shfl_xor_sync(unsigned, V v, int m) { return shfl_impl(v, xor_lane, m); }
+template <class V> V __shfl_sync(unsigned, V v, int s) { return shfl_impl(v, idx_lane, s); }
+
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
+
+namespace ignis {
+
+inline float half_bits_to_float(uint16 h) {
+  const uint32 sign = (uint32)(h & 0x8000u) << 16;
+  const int exp = (h >> 10) & 0x1f;
+  const uint32 man = h & 0x3ffu;
+  float f;
+  if (exp == 0) f = std::ldexp((float)man, -24);
+  else if (exp == 31) f = man ? NAN : INFINITY;
+  else f = std::ldexp((float)(man | 0x400u), exp - 25);
+  uint32 u;
+  std::memcpy(&u, &f, 4);
+  u |= sign;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16 float_to_half_bits(float f) {
+  uint32 u;
+  std::memcpy(&u, &f, 4);
+  const uint16 sign = (uint16)((u >> 16) & 0x8000u);
+  if (std::isnan(f)) return (uint16)(sign | 0x7e00u);
+  double a = std::fabs((double)f);
+  if (a >= 65520.0) return (uint16)(sign | 0x7c00u);
+  if (a < std::ldexp(1.0, -14))
+    return (uint16)(sign | (uint16)std::nearbyint(a * std::ldexp(1.0, 24)));
+  int e;
+  double m = std::frexp(a, &e);
+  double q = std::nearbyint(m * 2048.0);
+  if (q == 2048.0) { q = 1024.0; ++e; }
+  const int biased = e - 1 + 15;
+  if (biased >= 31) return (uint16)(sign | 0x7c00u);
+  return (uint16)(sign | (uint16)(biased << 10) | (uint16)((uint32)q - 1024u));
+}
+
+template <class T> struct acc_type { typedef T type; };
+template <> struct acc_type<float16> { typedef float type; };
+template <> struct acc_type<bfloat16> { typedef float type; };
+template <class T> inline T to_acc(T v) { return v; }
+inline float to_acc(float16 v) { return half_bits_to_float(v.bits); }
+inline float to_acc(bfloat16 v) {
+  uint32 u = (uint32)v.bits << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+template <class T> inline T from_acc(typename acc_type<T>::type v) { return v; }
+template <> inline float16 from_acc<float16>(float v) { return float16{float_to_half_bits(v)}; }
+template <> inline bfloat16 from_acc<bfloat16>(float v) {
+  uint32 u;
+  std::memcpy(&u, &v, 4);
+  return bfloat16{detail::f32_bits_to_bf16_bits(u)};
+}
+
+constexpr int warp_size = 32;
+constexpr unsigned full_warp_mask = 0xffffffffu;
+inline int64 global_index() { return (int64)blockIdx.x * blockDim.x + threadIdx.x; }
+template <class T> inline T nan_max(T a, T b) { return (b > a || b != b) ? b : a; }
+template <class T> T warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(full_warp_mask, v, o);
+  return v;
+}
+template <class T> T warp_max(T v) {
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(full_warp_mask, v, o));
+  return v;
+}
+
+namespace tc {
+
+inline void cp_async_16(void* smem, const void* gmem, int src_bytes) {
+  ::emu::check_smem(smem, 16, 16, "cp.async destination");
+  if (src_bytes != 0 && src_bytes != 16) ::emu::die("cp.async source size");
+  if (src_bytes > 0) {
+    if (((uintptr_t)gmem) % 16 != 0) ::emu::die("cp.async global source is not 16-byte aligned");
+    ::emu::check_global(gmem, src_bytes);
+  }
+  std::memset(smem, 0xff, 16);  // poison: NaN until the copy is waited for
+  ::emu::current->open.push_back({smem, gmem, src_bytes});
+}
+inline void cp_async_commit() {
+  ::emu::current->groups.push_back(std::move(::emu::current->open));
+  ::emu::current->open.clear();
+}
+template <int N> inline void cp_async_wait() {
+  auto& g = ::emu::current->groups;
+  while ((int)g.size() > N) {
+    for (auto& c : g.front()) {
+      std::memset(c.dst, 0, 16);
+      if (c.bytes > 0) std::memcpy(c.dst, c.src, (size_t)c.bytes);
+    }
+    g.erase(g.begin());
+  }
+}
+
+inline uint32 pair_at(const unsigned char* p) {
+  uint16 lo, hi;
+  std::memcpy(&lo, p, 2);
+  std::memcpy(&hi, p + 2, 2);
+  return (uint32)lo | ((uint32)hi << 16);
+}
+
+inline void ldmatrix_impl(uint32 (&r)[4], const void* row, bool trans) {
+  ::emu::check_smem(row, 16, 16, "ldmatrix row");
+  ::emu::collective(
+      trans ? 2 : 1, [&](::emu::WarpSlots& w, int l) { w.addr[l] = (const unsigned char*)row; },
+      [&](::emu::WarpSlots& w, int l) {
+        const int g = l >> 2, t = l & 3;
+        for (int j = 0; j < 4; ++j) {
+          const unsigned char* const* rows = &w.addr[8 * j];
+          if (!trans) {
+            r[j] = pair_at(rows[g] + 4 * t);
+          } else {
+            uint16 lo, hi;
+            std::memcpy(&lo, rows[2 * t] + 2 * g, 2);
+            std::memcpy(&hi, rows[2 * t + 1] + 2 * g, 2);
+            r[j] = (uint32)lo | ((uint32)hi << 16);
+          }
+        }
+      });
+}
+inline void ldmatrix_x4(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, false); }
+inline void ldmatrix_x4_trans(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, true); }
+
+template <class T> inline float elem(uint32 reg, int half) {
+  T v;
+  v.bits = (uint16)(half ? reg >> 16 : reg & 0xffffu);
+  return to_acc(v);
+}
+
+template <class T>
+inline void mma_m16n8k16(float (&d)[4], const uint32 (&a)[4], uint32 b0, uint32 b1, T) {
+  ::emu::collective(
+      std::is_same<T, bfloat16>::value ? 3 : 4,
+      [&](::emu::WarpSlots& w, int l) {
+        for (int i = 0; i < 4; ++i) w.a[l][i] = a[i], w.c[l][i] = d[i];
+        w.b[l][0] = b0;
+        w.b[l][1] = b1;
+      },
+      [&](::emu::WarpSlots& w, int l) {
+        float A[16][16], B[16][8], C[16][8];
+        for (int ln = 0; ln < 32; ++ln) {
+          const int g = ln >> 2, t = ln & 3;
+          // a_i: row g (+8 in regs 1, 3), col 2t + (i & 1) (+8 in regs 2, 3)
+          for (int i = 0; i < 8; ++i) {
+            const int reg = i >> 1;
+            const int row = g + ((reg & 1) ? 8 : 0);
+            const int col = 2 * t + (i & 1) + (reg >= 2 ? 8 : 0);
+            A[row][col] = elem<T>(w.a[ln][reg], i & 1);
+          }
+          for (int i = 0; i < 4; ++i) {  // b: row 2t + (i&1) (+8 for b1), col g
+            const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
+            B[row][g] = elem<T>(w.b[ln][i >> 1], i & 1);
+          }
+          for (int i = 0; i < 4; ++i) C[g + (i >= 2 ? 8 : 0)][2 * t + (i & 1)] = w.c[ln][i];
+        }
+        const int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 4; ++i) {
+          const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+          float s = C[row][col];
+          for (int kk = 0; kk < 16; ++kk) s = std::fma(A[row][kk], B[kk][col], s);
+          d[i] = s;
+        }
+      });
+}
+
+template <class T> inline uint32 pack_pair(float lo, float hi) {
+  return (uint32)from_acc<T>(lo).bits | ((uint32)from_acc<T>(hi).bits << 16);
+}
+
+}  // namespace tc
+
+namespace attn {
+inline unsigned char* dynamic_smem() { return ::emu::dyn_smem; }
+inline void require_smem(unsigned bytes) {
+  if (bytes > ::emu::dyn_smem_size) ::emu::die("kernel trapped: not enough dynamic shared memory");
+}
+}  // namespace attn
+
+}  // namespace ignis
+
+#include "attention.cu"
+
+namespace emu {
+
+std::function<void()> body;
+
+void trampoline() {
+  body();
+  if (!current->open.empty() || !current->groups.empty())
+    die("a thread exited with cp.async copies in flight");
+  current->done = true;
+  ++events;
+  swapcontext(&current->ctx, &scheduler);
+}
+
+void run_block(int nthreads, std::mt19937& rng) {
+  threads.clear();
+  threads.resize((size_t)nthreads);
+  warps.assign((size_t)(nthreads + 31) / 32, WarpSlots{});
+  for (auto& w : warps) w.bar.expected = 32;
+  block_barrier = Barrier{};
+  block_barrier.expected = nthreads;
+  std::memset(dyn_smem, 0xff, dyn_smem_size);
+  for (int i = 0; i < nthreads; ++i) {
+    Thread& t = threads[(size_t)i];
+    t.tid = Dim3{(unsigned)i, 0, 0};
+    t.stack.resize(512 * 1024);
+    getcontext(&t.ctx);
+    t.ctx.uc_stack.ss_sp = t.stack.data();
+    t.ctx.uc_stack.ss_size = t.stack.size();
+    t.ctx.uc_link = nullptr;
+    makecontext(&t.ctx, trampoline, 0);
+  }
+  std::vector<int> order((size_t)nthreads);
+  for (int i = 0; i < nthreads; ++i) order[(size_t)i] = i;
+  for (;;) {
+    const long before = events;
+    bool all_done = true;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (int i : order) {
+      Thread& t = threads[(size_t)i];
+      if (t.done) continue;
+      all_done = false;
+      current = &t;
+      swapcontext(&scheduler, &t.ctx);
+      current = nullptr;
+    }
+    if (all_done) break;
+    if (events == before) die("deadlock: live threads wait at barriers the others never reach");
+  }
+}
+
+// Runs fn for every block of grid (gx, gy) with nthreads threads and smem bytes of shared memory.
+void launch(unsigned gx, unsigned gy, int nthreads, size_t smem, std::function<void()> fn,
+            std::mt19937& rng) {
+  std::vector<unsigned char> storage(smem + 16);  // (vector storage is 16-byte aligned)
+  dyn_smem = storage.data();
+  dyn_smem_size = smem;
+  grid_dim = Dim3{gx, gy, 1};
+  block_dim = Dim3{(unsigned)nthreads, 1, 1};
+  body = fn;
+  for (unsigned y = 0; y < gy; ++y)
+    for (unsigned x = 0; x < gx; ++x) {
+      block_idx = Dim3{x, y, 1};
+      run_block(nthreads, rng);
+    }
+  dyn_smem = nullptr;
+}
+
+}  // namespace emu
+
+template <class P> P* aligned(size_t n) {
+  void* p = std::aligned_alloc(256, ((n * sizeof(P) + 255) / 256) * 256 + 256);
+  return (P*)p;
+}
+
+int main(int argc, char** argv) {
+  using namespace ignis;
+  using namespace ignis::attn;
+  typedef EMU_T T;
+  typedef std::conditional<std::is_same<T, double>::value, double, float>::type LT;
+  if (argc != 8) emu::die("usage: emulator <input> <output> bh L S E scale");
+  const int bh = std::atoi(argv[3]), L = std::atoi(argv[4]), S = std::atoi(argv[5]);
+  const int E = std::atoi(argv[6]);
+  const double scale = std::atof(argv[7]);
+  const size_t nq = (size_t)bh * L * E, nk = (size_t)bh * S * E;
+  T *q = aligned<T>(nq), *k = aligned<T>(nk), *v = aligned<T>(nk), *dout = aligned<T>(nq);
+  FILE* in = std::fopen(argv[1], "rb");
+  if (!in || std::fread(q, sizeof(T), nq, in) != nq || std::fread(k, sizeof(T), nk, in) != nk ||
+      std::fread(v, sizeof(T), nk, in) != nk || std::fread(dout, sizeof(T), nq, in) != nq)
+    emu::die("short input");
+  std::fclose(in);
+  for (auto* p : {(const void*)q, (const void*)dout})
+    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nq * sizeof(T)});
+  for (auto* p : {(const void*)k, (const void*)v})
+    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nk * sizeof(T)});
+  T *out = aligned<T>(nq), *dq = aligned<T>(nq), *dk = aligned<T>(nk), *dv = aligned<T>(nk);
+  LT *lse = aligned<LT>((size_t)bh * L), *dvec = aligned<LT>((size_t)bh * L);
+  std::mt19937 rng(1234);
+  const int vec = (E % 8 == 0) ? 1 : 0;  // the buffers are 256-byte aligned
+  constexpr int D = EMU_D;
+  constexpr bool C = EMU_CAUSAL != 0;
+  auto cdiv = [](int a, int b) { return (unsigned)((a + b - 1) / b); };
+#if EMU_TC
+  const float sl2 = (float)(scale * 1.4426950408889634);
+  emu::launch(cdiv(L, kFwdBM), bh, kTcThreads, 4 * kFwdBN * (D + 8) * 2, [&] {
+    flash_fwd_tc<T, D, C>(q, k, v, out, lse, L, S, E, sl2, vec, 0);
+  }, rng);
+  emu::launch(cdiv(bh * L, 8), 1, 256, 0,
+              [&] { attn_row_dot<T, float>(dout, out, dvec, (int64)bh * L, E); }, rng);
+  const size_t dkdv_smem = (2 * kBwdKN + 4 * kBwdKM) * (D + 8) * 2 + 4 * kBwdKM * 4;
+  emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, dkdv_smem, [&] {
+    flash_bwd_dkdv_tc<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (float)scale, sl2, vec,
+                               0);
+  }, rng);
+  emu::launch(cdiv(L, kBwdQM), bh, kTcThreads, 4 * kBwdQN * (D + 8) * 2, [&] {
+    flash_bwd_dq_tc<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (float)scale, sl2, vec, 0);
+  }, rng);
+#else
+  emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (3 * D + 1) * sizeof(T), [&] {
+    flash_fwd_simt<T, D, C>(q, k, v, out, lse, L, S, E, (T)scale, 0);
+  }, rng);
+  emu::launch(cdiv(bh * L, 8), 1, 256, 0,
+              [&] { attn_row_dot<T, LT>(dout, out, dvec, (int64)bh * L, E); }, rng);
+  emu::launch(cdiv(S, kSimtB), bh, kSimtThreads, kSimtB * (4 * D + 2) * sizeof(T), [&] {
+    flash_bwd_dkdv_simt<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (T)scale, 0);
+  }, rng);
+  emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (4 * D + 2) * sizeof(T), [&] {
+    flash_bwd_dq_simt<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (T)scale, 0);
+  }, rng);
+#endif
+  // Decode: query row 0 of each (batch, head) over all S cache rows, in splits of 16 rows.
+  typedef typename acc_type<T>::type A;
+  T* q0 = aligned<T>((size_t)bh * E);
+  for (int b = 0; b < bh; ++b)
+    for (int e = 0; e < E; ++e) q0[(size_t)b * E + e] = q[(size_t)b * L * E + e];
+  const int chunk = 16, splits = (int)cdiv(S, chunk);
+  A *pm = aligned<A>((size_t)bh * splits), *pl = aligned<A>((size_t)bh * splits);
+  A* po = aligned<A>((size_t)bh * splits * D);
+  T* dec = aligned<T>((size_t)bh * E);
+  emu::launch(splits, bh, kDecodeThreads, 0, [&] {
+    decode_partial<T, A, D>(q0, k, v, pm, pl, po, S, S, chunk, E, (A)scale);
+  }, rng);
+  emu::launch(bh, 1, kDecodeThreads, 0,
+              [&] { decode_combine<T, A>(pm, pl, po, dec, splits, D, E); }, rng);
+  FILE* o = std::fopen(argv[2], "wb");
+  std::fwrite(out, sizeof(T), nq, o);
+  std::fwrite(lse, sizeof(LT), (size_t)bh * L, o);
+  std::fwrite(dq, sizeof(T), nq, o);
+  std::fwrite(dk, sizeof(T), nk, o);
+  std::fwrite(dv, sizeof(T), nk, o);
+  std::fwrite(dec, sizeof(T), (size_t)bh * E, o);
+  std::fclose(o);
+  return 0;
+}
+"""
+
+# (name, C++ type, padded head dim, causal, tensor cores) and the runs of each build:
+# (dtype, batch*heads, L, S, E)
+EMULATED = [
+    (
+        ("bf16_64_causal", "ignis::bfloat16", 64, 1, 1),
+        [("bfloat16", 2, 130, 70, 64), ("bfloat16", 1, 17, 40, 17)],
+    ),
+    (("f16_96", "ignis::float16", 96, 0, 1), [("float16", 2, 33, 100, 80)]),
+    (("bf16_128_causal", "ignis::bfloat16", 128, 1, 1), [("bfloat16", 1, 70, 100, 128)]),
+    (
+        ("f32_64_causal", "float", 64, 1, 0),
+        [("float32", 2, 45, 100, 50), ("float32", 1, 40, 9, 64)],
+    ),
+    (("f64_32", "double", 32, 0, 0), [("float64", 1, 33, 31, 32)]),
+]
+
+
+@pytest.fixture(scope="module")
+def emulator_dir(tmp_path_factory):
+    import shutil
+
+    if shutil.which("c++") is None:
+        pytest.skip("needs a host C++ compiler")
+    d = tmp_path_factory.mktemp("attention-emulator")
+    (d / "attn_emu.cpp").write_text(EMULATOR_SOURCE)
+    return d
+
+
+def _build(d, name, ctype, dim, causal, tc):
+    import subprocess
+
+    exe = d / f"emu_{name}"
+    if not exe.exists():
+        subprocess.run(
+            [
+                "c++",
+                "-std=c++17",
+                "-O1",
+                f"-I{_sources.cuda_src_dir()}",
+                f"-DEMU_T={ctype}",
+                f"-DEMU_D={dim}",
+                f"-DEMU_CAUSAL={causal}",
+                f"-DEMU_TC={tc}",
+                str(d / "attn_emu.cpp"),
+                "-o",
+                str(exe),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    return exe
+
+
+@pytest.mark.parametrize("build,runs", EMULATED, ids=[b[0] for b, _ in EMULATED])
+def test_kernels_on_the_host_emulator(emulator_dir, build, runs):
+    import subprocess
+
+    name, ctype, dim, causal, tc = build
+    exe = _build(emulator_dir, name, ctype, dim, causal, tc)
+    for dtype, bh, n_q, n_k, e in runs:
+        assert e <= dim
+        rng = np.random.default_rng(n_q * 1000 + n_k)
+        shapes = [(bh, n_q, e), (bh, n_k, e), (bh, n_k, e), (bh, n_q, e)]
+        q, k, v, g = (rounded(rng.standard_normal(s), dtype) for s in shapes)
+        inp, outp = emulator_dir / "in.bin", emulator_dir / "out.bin"
+        inp.write_bytes(b"".join(a.astype(NP_DTYPE[dtype]).tobytes() for a in (q, k, v, g)))
+        scale = 1 / math.sqrt(e)
+        subprocess.run(
+            [str(exe), str(inp), str(outp), str(bh), str(n_q), str(n_k), str(e), repr(scale)],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
+        raw = outp.read_bytes()
+        stat = np.float64 if dtype == "float64" else np.float32
+        parts, offset = [], 0
+        for t, shape in (
+            (NP_DTYPE[dtype], shapes[0]),
+            (stat, shapes[0][:2]),
+            (NP_DTYPE[dtype], shapes[0]),
+            (NP_DTYPE[dtype], shapes[1]),
+            (NP_DTYPE[dtype], shapes[1]),
+            (NP_DTYPE[dtype], (bh, 1, e)),
+        ):
+            n = int(np.prod(shape))
+            parts.append(np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(shape))
+            offset += n * np.dtype(t).itemsize
+        assert offset == len(raw)
+        out, lse, dq, dk, dv, dec = parts
+        want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
+        assert_close(out, want_out, dtype, f"{name} out")
+        assert_close(lse, want_lse, "float64" if dtype == "float64" else "float32", f"{name} lse")
+        for what, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
+            assert_close(got, want, dtype, f"{name} {what}")
+        want_dec = ref_attention(q[:, :1], k, v, False, scale)[0]
+        assert_close(dec, want_dec, dtype, f"{name} decode")
