@@ -51,7 +51,8 @@ def _median_ms(step, record, elapsed, sync) -> float:
 
 def time_ignis(dtype: str, graph: bool) -> tuple[float, float]:
     ignis.random.seed(0)
-    model = nn.GPT(VOCAB, CONTEXT, DIM, LAYERS, HEADS, device="cuda", dtype=dtype)
+    model = nn.GPT(VOCAB, CONTEXT, DIM, LAYERS, HEADS, activation="gelu_tanh", device="cuda",
+                   dtype=dtype)
     half = dtype != "float32"
     opt = optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, master_weights=half)
     x_host, y_host = _batch(1)
@@ -147,9 +148,10 @@ def main() -> int:
         print("gpt_step: needs a CUDA GPU")
         return 0
     tokens = BATCH * CONTEXT
-    print(f"GPT step: {LAYERS} layers, width {DIM}, {HEADS} heads, context {CONTEXT}, batch {BATCH}")
-    print("| mode | ignis eager ms | ignis graph ms | torch eager ms | eager vs torch | graph vs torch "
-          "| ignis tokens/s (graph) |")
+    print(f"GPT step: {LAYERS} layers, width {DIM}, {HEADS} heads, context {CONTEXT}, "
+          f"batch {BATCH}")
+    print("| mode | ignis eager ms | ignis graph ms | torch eager ms | eager vs torch "
+          "| graph vs torch | ignis tokens/s (graph) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for dtype in ("float32", "bfloat16"):
         eager, loss_e = time_ignis(dtype, graph=False)
@@ -157,7 +159,8 @@ def main() -> int:
         torch_ms, loss_t = time_torch(dtype)
         ok = all(math.isfinite(v) for v in (loss_e, loss_g, loss_t))
         print(f"| {dtype} | {eager:.2f} | {graph:.2f} | {torch_ms:.2f} | {torch_ms / eager:.2f}x "
-              f"| {torch_ms / graph:.2f}x | {tokens / graph * 1e3:,.0f} |" + ("" if ok else " (non-finite loss!)"))
+              f"| {torch_ms / graph:.2f}x | {tokens / graph * 1e3:,.0f} |"
+              + ("" if ok else " (non-finite loss!)"))
     return 0
 
 

@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(WARP ? 128 : 1024)
     T* q = y + row * n;
     W v[CACHE][VEC];
     W mean = (W)0, var;
+    W shift = (W)0, centre = (W)0;  // y = ((x - shift) - centre) * rstd
     if constexpr (ITEMS > 0) {
       W s = (W)0;
 #pragma unroll
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(WARP ? 128 : 1024)
         var = s * inv_n;
       } else {
         mean = s * inv_n;
+        centre = mean;
         W d2 = (W)0;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
@@ -78,7 +80,7 @@ __global__ void __launch_bounds__(WARP ? 128 : 1024)
     } else {
       // Shifted sums: centred on a sample of the row, sum and sum of squares lose no precision
       // to a large common offset (var = E[(x-K)^2] - E[x-K]^2).
-      const W shift = RMS ? (W)0 : cvt_in<W>(p[0]);
+      shift = RMS ? (W)0 : cvt_in<W>(p[0]);
       Two<W> t = two((W)0, (W)0);
       for (int64 idx = (int64)tid * VEC; idx < n; idx += step) {
         W u[VEC];
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(WARP ? 128 : 1024)
       } else {
         const W m1 = t.a * inv_n;
         mean = shift + m1;
+        centre = m1;  // y uses (x - shift) - m1: rounding mean to W would cost up to an ulp of x
         var = t.b * inv_n - m1 * m1;
         if (var < (W)0) var = (W)0;
       }
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(WARP ? 128 : 1024)
       W o[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const W h = (u[e] - mean) * rstd;
+        const W h = ((u[e] - shift) - centre) * rstd;
         o[e] = h * param_at<W>(w, idx + e, (W)1) + (RMS ? (W)0 : param_at<W>(b, idx + e, (W)0));
       }
       store_vec<T, W, VEC>(q + idx, o);

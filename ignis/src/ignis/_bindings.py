@@ -12,6 +12,7 @@ Usage inside ignis::
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,8 @@ __all__ = [
     "bindings_version",
     "nvrtc_version",
     "driver_version",
+    "forked_child",
+    "FORK_MESSAGE",
 ]
 
 _CU_SUCCESS = 0  # driver and NVRTC success statuses are both int enums equal to 0
@@ -193,6 +196,8 @@ def ensure_driver() -> None:
     """Raise :class:`NoDeviceError` unless a usable CUDA driver and device exist."""
     if _init_state["ok"]:
         return
+    if _init_state.get("forked"):
+        raise NoDeviceError(FORK_MESSAGE)
     if not driver_available():
         raise NoDeviceError(
             "no CUDA device is available: "
@@ -200,6 +205,41 @@ def ensure_driver() -> None:
             + ". GPU operations need an NVIDIA GPU and driver; array operations can run on "
             "device='cpu' (ignis.set_default_device('cpu'))."
         )
+
+
+# --- fork safety -----------------------------------------------------------------------------
+# A CUDA context does not survive fork(): the child inherits the parent's handles and pointers,
+# but the driver state behind them belongs to the parent, and any driver call in the child hangs
+# or fails with an unrelated status. So a child forked after the parent initialized the driver
+# marks the driver unusable here, once, at fork time: the launch and allocation hot paths keep
+# their single dict lookup (``_init_state["ok"]``) and pay nothing for this check.
+
+FORK_MESSAGE = (
+    "CUDA cannot be used in a forked child process: the parent process had initialized CUDA "
+    "before fork(), and a CUDA context does not survive fork. Start worker processes with the "
+    "'spawn' start method instead (multiprocessing.get_context('spawn'), or "
+    "multiprocessing.set_start_method('spawn') before creating workers; for "
+    "concurrent.futures.ProcessPoolExecutor pass mp_context=multiprocessing.get_context('spawn')), "
+    "or use only device='cpu' arrays in the child"
+)
+
+
+def forked_child() -> bool:
+    """True in a process forked from a parent that had initialized the CUDA driver."""
+    return bool(_init_state.get("forked"))
+
+
+def _after_fork_in_child() -> None:
+    global _init_lock
+    # The lock may have been held by another thread of the parent at fork time; that thread
+    # does not exist here, so the lock would stay held forever.
+    _init_lock = threading.Lock()
+    if _init_state["ok"] or _init_state.get("forked"):
+        _init_state.update(done=True, ok=False, forked=True, reason=FORK_MESSAGE)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --- versions --------------------------------------------------------------------------------

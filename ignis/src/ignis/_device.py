@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -289,6 +290,27 @@ def synchronize(device: int | Device | None = None) -> None:
     used = [d for d in list(_devices.values()) if d._context is not None]
     for dev in used or [current_device()]:
         dev.synchronize()
+
+
+def _after_fork_in_child() -> None:
+    """Forget, in a forked child, the contexts this process's parent made current.
+
+    The forking thread's cached active device would let the launch and allocation fast paths
+    skip :func:`activate` and hand the parent's context handles to the driver; clearing it sends
+    the first GPU call through :func:`activate`, which raises the clear fork error from the
+    bindings seam (see ``_bindings.FORK_MESSAGE``). Locks are renewed because a thread of the
+    parent may have held them at fork time.
+    """
+    global _devices_lock
+    _devices_lock = threading.Lock()
+    _tls.__dict__.pop("active", None)
+    for dev in list(_devices.values()):
+        dev._context = None
+        dev._context_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX only
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _parse_ordinal(value: int | str) -> int:

@@ -215,6 +215,7 @@ def test_torch_round_trip(device: str, dtype: str) -> None:
     b = ignis.from_dlpack(t.t())
     assert b.strides == (a.itemsize, 4 * a.itemsize)
     a[0, 0] = True if dtype == "bool" else 7
+    a._backend.synchronize()  # ignis wrote on its stream; torch reads on its own
     assert bool(t[0, 0].item() == (True if dtype == "bool" else 7))  # shared memory
     back = torch.from_dlpack(a.T)
     assert back.shape == (4, 3) and back.data_ptr() == t.data_ptr()

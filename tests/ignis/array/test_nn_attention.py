@@ -307,7 +307,7 @@ def test_bad_arguments_are_named():
 @pytest.mark.gpu
 def test_device_mismatch_is_named():
     q = ignis.ones((1, 1, 4, 32), device="cuda:0")
-    k = ignis.ones((1, 1, 4, 32))
+    k = ignis.ones((1, 1, 4, 32), device="cpu")
     with pytest.raises(DeviceMismatchError, match="attention: k is on cpu but q is on cuda:0"):
         ignis.nn.attention(q, k, q)
 

@@ -44,7 +44,8 @@ def load_torch(tmod: torch.nn.Module, module, strict: bool = True) -> None:
     tmod.load_state_dict(state, strict=strict)
 
 
-def randn(shape, dtype="float64", device="cpu", seed=0, requires_grad=False) -> ag.Tensor:
+def randn(shape, dtype="float64", device=None, seed=0, requires_grad=False) -> ag.Tensor:
+    """Random normal values on `device` (default: ignis' default device, like the modules)."""
     rng = np.random.default_rng(seed)
     return ag.Tensor.from_host(
         rng.standard_normal(shape), dtype=dtype, device=device, requires_grad=requires_grad

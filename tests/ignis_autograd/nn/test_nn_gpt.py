@@ -16,12 +16,12 @@ from ignis_autograd import nn
 V, CTX, DIM, LAYERS, HEADS = 23, 16, 16, 2, 4
 
 
-def _ids(shape, device="cpu", seed=0, vocab=V):
+def _ids(shape, device=None, seed=0, vocab=V):
     rng = np.random.default_rng(seed)
     return ignis.asarray(rng.integers(0, vocab, size=shape), device=device)
 
 
-def _gpt(device="cpu", dtype="float64", seed=0, **kw):
+def _gpt(device=None, dtype="float64", seed=0, **kw):
     ignis.random.seed(seed)
     return nn.GPT(V, CTX, DIM, LAYERS, HEADS, device=device, dtype=dtype, **kw)
 

@@ -132,7 +132,7 @@ def test_to_dtype_keeps_parameter_objects(device):
 @pytest.mark.gpu
 def test_to_moves_between_devices():
     net = Net(device="cpu")
-    ref = net(randn((2, 3), dtype="float32")).to_host()
+    ref = net(randn((2, 3), dtype="float32", device="cpu")).to_host()
     p = net.fc1.weight
     net.to("cuda:0")
     assert net.fc1.weight is p and net.fc1.weight.device.index == 0

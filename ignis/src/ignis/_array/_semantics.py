@@ -111,6 +111,10 @@ def accumulate_dtype(dtype: dt.DType) -> dt.DType:
 def normalize_axis(axis: Any, ndim: int, op: str) -> int:
     """One axis in ``[-ndim, ndim)`` as a non-negative int."""
     try:
+        # bool is an int to operator.index, but axis=True is a mistake, not axis 1 (NumPy
+        # refuses it too)
+        if isinstance(axis, bool):
+            raise TypeError
         a = operator.index(axis)
     except TypeError:
         raise ShapeError(f"{op}: axis must be an int, got {axis!r}") from None

@@ -45,7 +45,9 @@ class TransformerBlock(Module):
 
     Args:
         dim, n_heads: width and heads of the attention.
-        mlp_ratio: the MLP's hidden width is ``mlp_ratio * dim`` (GELU).
+        mlp_ratio: the MLP's hidden width is ``mlp_ratio * dim``.
+        activation: the MLP's activation (see :class:`MLP`): ``"gelu"`` (exact) or
+            ``"gelu_tanh"`` (GPT-2's approximation), ``"relu"``, ``"silu"``.
         dropout: attention-weight, attention-output and MLP-output dropout.
         norm: ``"layernorm"`` or ``"rmsnorm"``.
         rope: rotary position embeddings in the attention.
@@ -60,6 +62,7 @@ class TransformerBlock(Module):
         norm: str = "layernorm",
         rope: bool = False,
         bias: bool = True,
+        activation: str = "gelu",
         device: Any = None,
         dtype: Any = "float32",
     ):
@@ -70,7 +73,10 @@ class TransformerBlock(Module):
         )
         self.norm2 = _norm(norm, dim, device, dtype)
         hidden = positive_int(int(mlp_ratio * dim), "TransformerBlock", "mlp_ratio * dim")
-        self.mlp = MLP(dim, hidden, dropout=dropout, bias=bias, device=device, dtype=dtype)
+        self.mlp = MLP(
+            dim, hidden, activation=activation, dropout=dropout, bias=bias, device=device,
+            dtype=dtype,
+        )
 
     def forward(self, x: Any, kv_cache: KVCache | None = None) -> Tensor:
         x = x + self.attn(self.norm1(x), kv_cache=kv_cache)
@@ -93,7 +99,7 @@ class GPT(Module):
         vocab_size, context: number of token ids; longest sequence (positions).
         dim, n_layers, n_heads: width, depth, attention heads.
         dropout: dropout probability throughout (training only).
-        mlp_ratio, norm, rope: passed to every :class:`TransformerBlock`.
+        mlp_ratio, norm, rope, activation: passed to every :class:`TransformerBlock`.
         device, dtype: of the parameters.
     """
 
@@ -109,6 +115,7 @@ class GPT(Module):
         mlp_ratio: int = 4,
         norm: str = "layernorm",
         rope: bool = False,
+        activation: str = "gelu",
         device: Any = None,
         dtype: Any = "float32",
     ):
@@ -121,7 +128,8 @@ class GPT(Module):
         self.drop = Dropout(dropout)
         self.blocks = ModuleList(
             TransformerBlock(
-                dim, n_heads, mlp_ratio, dropout, norm, rope, device=device, dtype=dtype
+                dim, n_heads, mlp_ratio, dropout, norm, rope, activation=activation,
+                device=device, dtype=dtype,
             )
             for _ in range(n_layers)
         )

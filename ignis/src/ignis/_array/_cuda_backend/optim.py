@@ -41,6 +41,8 @@ def name_expressions() -> list[str]:
     names += [f"ignis::optim_adam<{p}, {g}, {s}>" for p, g, s in combos]
     for t in ("float", "double", "ignis::float16", "ignis::bfloat16"):
         names += [f"ignis::optim_sumsq_partial<{t}>", f"ignis::optim_scale<{t}>"]
+    # extern "C" kernels still live in namespace ignis: their name expressions are qualified.
+    names += [f"ignis::ignis_optim_{k}" for k in ("step_count", "norm_final", "update_scale")]
     return names
 
 
@@ -133,7 +135,7 @@ def _update(backend: Any, kernel: str, slots: list[list[int]], params: list[NvAr
     table, T, B = _tables(backend).get(backend, slots, numels)
     K = len(slots)
     tp, fi = backend.data_ptr(table), _ptr(backend, found_inf)
-    _launch(backend, "ignis_optim_step_count", -(-T // COUNT_THREADS), COUNT_THREADS,
+    _launch(backend, "ignis::ignis_optim_step_count", -(-T // COUNT_THREADS), COUNT_THREADS,
             [tp, T, K, B, K - 1, fi])
     if B:
         _launch(backend, kernel, B, THREADS,
@@ -179,7 +181,7 @@ def l2_norm(backend: Any, out: NvArray, tensors: list[NvArray]) -> None:
     if B:
         _launch(backend, f"ignis::optim_sumsq_partial<{CTYPE[tensors[0].dtype.name]}>", B,
                 THREADS, [backend.data_ptr(table), T, 1, B, CHUNK, backend.data_ptr(partial)])
-    _launch(backend, "ignis_optim_norm_final", 1, NORM_THREADS,
+    _launch(backend, "ignis::ignis_optim_norm_final", 1, NORM_THREADS,
             [backend.data_ptr(partial), B, backend.data_ptr(out)])
 
 
@@ -196,6 +198,6 @@ def scale(backend: Any, tensors: list[NvArray], factor: NvArray, mode: int, max_
 
 def update_scale(backend: Any, scale_: NvArray, tracker: NvArray, found_inf: NvArray,
                  growth_factor: float, backoff_factor: float, growth_interval: int) -> None:
-    _launch(backend, "ignis_optim_update_scale", 1, 1,
+    _launch(backend, "ignis::ignis_optim_update_scale", 1, 1,
             [backend.data_ptr(scale_), backend.data_ptr(tracker), backend.data_ptr(found_inf),
              growth_factor, backoff_factor, growth_interval])
