@@ -5,8 +5,7 @@ from __future__ import annotations
 import ignis.nn
 import numpy as np
 import pytest
-import torch
-from nn_torch_helpers import TorchAttention, assert_close, load_torch, randn, rope_ref, tt
+from nn_torch_helpers import TorchAttention, assert_close, load_torch, randn, rope_ref, tt, needs_torch, torch
 
 import ignis
 import ignis_autograd as ag
@@ -14,6 +13,7 @@ from ignis import ShapeError
 from ignis_autograd import nn
 
 
+@needs_torch
 @pytest.mark.parametrize("rope", [False, True])
 @pytest.mark.parametrize("shape,heads", [((2, 5, 16), 4), ((1, 33, 8), 1), ((3, 1, 12), 3)])
 def test_attention_matches_torch(device, rope, shape, heads):
@@ -34,6 +34,7 @@ def test_attention_matches_torch(device, rope, shape, heads):
         assert_close(p.grad, tparams[name].grad, 1e-9)
 
 
+@needs_torch
 def test_attention_float32(device):
     attn = nn.CausalSelfAttention(64, 4, device=device)
     tattn = TorchAttention(64, 4)
@@ -74,6 +75,7 @@ def test_attention_dropout_only_in_training(device):
     assert np.abs(x.grad.to_host()).sum() > 0 and attn.qkv.weight.grad is not None
 
 
+@needs_torch
 def test_rotary_matches_formula(device):
     rope = nn.RotaryEmbedding(6)
     x = randn((2, 3, 7, 6), device=device, requires_grad=True)

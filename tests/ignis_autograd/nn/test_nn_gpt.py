@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from nn_torch_helpers import TorchBlock, TorchGPT, assert_close, load_torch, randn, tt
+from nn_torch_helpers import TorchBlock, TorchGPT, assert_close, load_torch, randn, tt, needs_torch, torch
 
 import ignis
 import ignis_autograd as ag
@@ -26,6 +25,7 @@ def _gpt(device=None, dtype="float64", seed=0, **kw):
     return nn.GPT(V, CTX, DIM, LAYERS, HEADS, device=device, dtype=dtype, **kw)
 
 
+@needs_torch
 def test_block_matches_torch(device):
     blk = nn.TransformerBlock(16, 4, device=device, dtype="float64")
     for name, p in blk.named_parameters():  # norms away from ones/zeros
@@ -53,6 +53,7 @@ def test_block_rmsnorm_and_errors():
         nn.TransformerBlock(8, 2, norm="batch")
 
 
+@needs_torch
 def test_gpt_matches_torch(device):
     model = _gpt(device)
     tmodel = TorchGPT(V, CTX, DIM, LAYERS, HEADS)

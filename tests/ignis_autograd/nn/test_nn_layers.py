@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
-from nn_torch_helpers import TOL, assert_close, load_torch, randn, tt
+from nn_torch_helpers import TOL, assert_close, load_torch, randn, tt, needs_torch, torch
 
 import ignis
 import ignis_autograd as ag
@@ -34,6 +33,7 @@ def _compare(layer, tlayer, shape, device, seed=0, dtype="float64"):
         assert_close(p.grad, tparams[name].grad, tol)
 
 
+@needs_torch
 @pytest.mark.parametrize("shape", [(5, 7), (2, 3, 7), (7,), (1, 1, 1, 7), (1000, 7)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_matches_torch(device, shape, bias):
@@ -41,6 +41,7 @@ def test_linear_matches_torch(device, shape, bias):
     _compare(layer, torch.nn.Linear(7, 33, bias=bias), shape, device)
 
 
+@needs_torch
 def test_linear_float32_and_noncontiguous(device):
     layer = nn.Linear(31, 9, device=device)
     x = randn((31, 6), dtype="float32", device=device).T  # a transposed view
@@ -92,6 +93,7 @@ def test_linear_accepts_nvarray():
     np.testing.assert_allclose(layer(x).to_host(), expected, rtol=1e-12)
 
 
+@needs_torch
 def test_embedding_matches_torch(device):
     emb = nn.Embedding(37, 5, device=device, dtype="float64")
     temb = torch.nn.Embedding(37, 5)
@@ -120,6 +122,7 @@ def test_embedding_init_and_errors():
     assert repr(emb) == "Embedding(4, 3)"
 
 
+@needs_torch
 @pytest.mark.parametrize("shape", [(4, 33), (2, 3, 33), (1, 33)])
 def test_layer_norm_matches_torch(device, shape):
     ln = nn.LayerNorm(33, device=device, dtype="float64")
@@ -128,6 +131,7 @@ def test_layer_norm_matches_torch(device, shape):
     _compare(ln, torch.nn.LayerNorm(33), shape, device)
 
 
+@needs_torch
 def test_layer_norm_without_bias_and_init(device):
     ln = nn.LayerNorm(6, eps=1e-3, bias=False, device=device, dtype="float64")
     assert ln.bias is None and [n for n, _ in ln.named_parameters()] == ["weight"]
@@ -137,6 +141,7 @@ def test_layer_norm_without_bias_and_init(device):
         ln(randn((3, 5), device=device))
 
 
+@needs_torch
 def test_rms_norm_matches_torch(device):
     rms = nn.RMSNorm(31, device=device, dtype="float64")
     np.testing.assert_array_equal(rms.weight.to_host(), np.ones(31))
@@ -166,6 +171,7 @@ def test_dropout(device):
         nn.Dropout(1.5)
 
 
+@needs_torch
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_matches_torch(device, approximate):
     _compare(nn.GELU(approximate), torch.nn.GELU(approximate), (3, 17), device)
@@ -173,11 +179,13 @@ def test_gelu_matches_torch(device, approximate):
         nn.GELU("fast")
 
 
+@needs_torch
 def test_relu_silu(device):
     _compare(nn.ReLU(), torch.nn.ReLU(), (4, 9), device)
     _compare(nn.SiLU(), torch.nn.SiLU(), (4, 9), device)
 
 
+@needs_torch
 def test_mlp_matches_torch(device):
     mlp = nn.MLP(12, 40, device=device, dtype="float64")
     assert [n for n, _ in mlp.named_parameters()] == [
