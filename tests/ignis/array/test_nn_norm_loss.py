@@ -21,11 +21,6 @@ import ignis.nn as nn
 import ml_dtypes
 import numpy as np
 import pytest
-try:
-    import torch
-except ImportError:  # the torch comparisons skip; NumPy references still run
-    torch = None
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 from array_helpers import FLOATS, np_dtype, random_array
 from ignis._array._cpu_backend import CpuBackend
 from ignis._array._cuda_backend import norm_loss
@@ -34,6 +29,12 @@ from ignis._signature import parse_kernel_params
 
 import ignis
 from ignis import CompileOptions, NvArray, _sources
+
+try:
+    import torch
+except ImportError:  # the torch comparisons skip; NumPy references still run
+    torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
 
 # Tolerances (rtol, atol) of normalized outputs and gradients (values of order 1..10) computed in
 # float32 (float64) and rounded once into the dtype.

@@ -5,7 +5,16 @@ from __future__ import annotations
 import ignis.nn
 import numpy as np
 import pytest
-from nn_torch_helpers import TorchAttention, assert_close, load_torch, randn, rope_ref, tt, needs_torch, torch
+from nn_torch_helpers import (
+    TorchAttention,
+    assert_close,
+    load_torch,
+    needs_torch,
+    randn,
+    rope_ref,
+    torch,
+    tt,
+)
 
 import ignis
 import ignis_autograd as ag

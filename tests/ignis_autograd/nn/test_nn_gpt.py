@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from nn_torch_helpers import TorchBlock, TorchGPT, assert_close, load_torch, randn, tt, needs_torch, torch
+from nn_torch_helpers import (
+    TorchBlock,
+    TorchGPT,
+    assert_close,
+    load_torch,
+    needs_torch,
+    randn,
+    torch,
+    tt,
+)
 
 import ignis
 import ignis_autograd as ag

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from nn_torch_helpers import TOL, assert_close, load_torch, randn, tt, needs_torch, torch
+from nn_torch_helpers import TOL, assert_close, load_torch, needs_torch, randn, torch, tt
 
 import ignis
 import ignis_autograd as ag
