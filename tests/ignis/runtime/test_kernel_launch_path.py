@@ -641,3 +641,49 @@ def test_a_launch_nested_in_the_driver_call_does_not_overwrite_the_outer_one(rig
     k.launch(grid=1, block=32, args=[ADDR, 1], stream=rig.stream)
     assert after == [noop_values(ADDR, 1)]
     assert [c["values"] for c in plain.calls] == [noop_values(ADDR + 8, 2), noop_values(ADDR, 1)]
+
+
+# --- fast paths of the generated packing code ----------------------------------------------------
+
+STRUCT_SRC = (
+    'struct P { double d; int i; };\n'
+    'extern "C" __global__ void s(const float* c, P p, float* x, int n) {}'
+)
+
+
+def test_none_pointers_and_packed_structs_take_the_fast_path_with_the_same_bytes(
+    rig: Rig,
+) -> None:
+    k, drivers = rig.kernel(STRUCT_SRC, "s", [8, 16, 8, 4])
+    plain = drivers[0][0]
+    rng = random.Random(3)
+    expected = []
+    for i in range(60):
+        d, j = rng.uniform(-1e6, 1e6), rng.randrange(-(2**31), 2**31)
+        raw = struct.pack("<di4x", d, j)
+        x = rng.randrange(1, 2**64)
+        # None (a null pointer) and exact-size bytes on the fast path; a bytearray, a NumPy
+        # byte array and a closed-buffer-free FakeBuffer through the converters: same bytes.
+        if i % 3 == 0:
+            args = [None, raw, x, i]
+        elif i % 3 == 1:
+            args = [0, bytearray(raw), FakeBuffer(x), i]
+        else:
+            args = [None, np.frombuffer(raw, np.uint8), x, i]
+        k.launch(grid=1, block=32, args=args, stream=rig.stream)
+        expected.append([bytes(8), raw, struct.pack("<Q", x), struct.pack("<i", i)])
+    assert [c["values"] for c in plain.calls] == expected
+    assert "is None" in k.launch.source and "type(a1) is bytes and len(a1) == 16" in k.launch.source
+
+
+def test_packed_structs_of_the_wrong_size_are_refused_before_the_driver(rig: Rig) -> None:
+    k, drivers = rig.kernel(STRUCT_SRC, "s", [8, 16, 8, 4])
+    for bad, given in ((b"\0" * 15, "15 bytes"), (b"\0" * 17, "17 bytes")):
+        with pytest.raises(
+            ignis.LaunchError,
+            match=rf"launch of 's': args\[1\] \(p: P\): expects 16 bytes for P, got {given}",
+        ):
+            k.launch(grid=1, block=32, args=[None, bad, ADDR, 1], stream=rig.stream)
+    with pytest.raises(ignis.LaunchError, match=r"args\[1\] \(p: P\): ignis cannot convert to P"):
+        k.launch(grid=1, block=32, args=[None, 3.0, ADDR, 1], stream=rig.stream)
+    assert not drivers[0][0].calls
