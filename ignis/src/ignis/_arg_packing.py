@@ -424,8 +424,6 @@ def _fast_path(p: Param, i: int) -> list[str]:
         return [
             f"if type({a}) is int:",
             f"    {v} = {a}",
-            f"elif {a} is None:  # a null pointer (an unused optional operand)",
-            f"    {v} = 0",
             "else:",
             "    try:",
             f"        {v} = {a}.ptr",
@@ -440,10 +438,6 @@ def _fast_path(p: Param, i: int) -> list[str]:
         return [f"{v} = {a} if type({a}) is int else {c}({a})"]
     if kind == "bool":
         return [f"{v} = {a} if {a} is True or {a} is False else {c}({a})"]
-    if kind in ("struct", "unknown") and size is not None:
-        # A struct packed beforehand (bytes of exactly its size) goes to ``struct`` as it is:
-        # the converter would return the same bytes.
-        return [f"{v} = {a} if type({a}) is bytes and len({a}) == {size} else {c}({a})"]
     return [f"{v} = {c}({a})"]  # bfloat16 (needs encoding), raw bytes, unusual widths
 
 

@@ -237,8 +237,7 @@ _LAUNCH_TAIL = (
     "    result = launch_kernel(",
     "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
     "    release_block(packed)  # the driver has copied the values: the block is free again",
-    "    if result[0]:  # a status other than success (0): check() raises the CudaError",
-    "        check(result, 'cuLaunchKernel')",
+    "    check(result, 'cuLaunchKernel')",
     "state.launches += 1",
 )
 _LAUNCH_SIGNATURE = "grid, block, args=(), *, shared_mem=0, stream=None, cooperative=False"

@@ -418,14 +418,10 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
 # --- buffers ------------------------------------------------------------------------------------
 
 
-def _free_buffer(
-    resource: MemoryResource, ptr: int, nbytes: int, stream: Stream, kept: bool | None = None
-) -> None:
-    """Give a buffer's block back: to the resource's cache (``_keep``) or to the driver, and
-    record the free. ``kept=False``: the caller has already asked ``_keep``, which refused."""
+def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream) -> None:
     device = resource.device
     try:
-        if kept is False or not resource._keep(ptr, nbytes, stream):
+        if not resource._keep(ptr, nbytes, stream):
             if getattr(_device_tls, "active", None) is not device:
                 activate(device)
             resource._free(ptr, stream)
@@ -486,18 +482,7 @@ class Buffer:
         if resource is not None and resource is not _FREED:
             self._resource = _FREED
             try:
-                # _free_buffer(resource, self.ptr, self.nbytes, self.stream), with the common
-                # case inline: the block goes back to the resource's cache (every array result
-                # that dies comes here).
-                nbytes = self.nbytes
-                if resource._keep(self.ptr, nbytes, self.stream):
-                    ordinal = resource.device.ordinal
-                    log = _logs.get(ordinal)  # _record_free, inline
-                    if log is None:
-                        log = _log(ordinal)
-                    log.append(-nbytes)
-                else:
-                    _free_buffer(resource, self.ptr, nbytes, self.stream, kept=False)
+                _free_buffer(resource, self.ptr, self.nbytes, self.stream)
             except BaseException:
                 if not _is_finalizing():  # at exit the driver may already be gone: say nothing
                     raise

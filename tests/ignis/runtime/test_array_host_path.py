@@ -262,37 +262,3 @@ def test_operators_leave_foreign_operands_to_their_reflected_methods(gpu) -> Non
         a + 1j
     with pytest.raises(TypeError, match="add: expected an NvArray or a Python/NumPy scalar"):
         ignis.add(a, o)  # the functions never defer
-
-
-def test_the_backend_follows_each_threads_current_stream(gpu) -> None:
-    import threading
-
-    a = empty(1000)
-    backend = a._backend
-    stream = ignis.Stream.from_handle(0x6200, gpu.device)
-    default = ignis.default_stream(gpu.device)
-    seen = {}
-
-    def worker() -> None:  # a new thread: no stream table yet
-        seen["before"] = backend.stream
-        seen["first op"] = (a + 1.0).stream
-        with stream:
-            seen["inside"] = backend.stream
-            seen["op inside"] = (a * 2.0).stream
-        seen["after"] = backend.stream
-
-    gpu.launches.clear()
-    with stream:  # this thread's stream is not the worker's
-        t = threading.Thread(target=worker)
-        t.start()
-        t.join()
-        assert backend.stream is stream is ignis.current_stream(gpu.device)
-    assert seen == {
-        "before": default,
-        "first op": default,
-        "inside": stream,
-        "op inside": stream,
-        "after": default,
-    }
-    assert [launch[3] for launch in gpu.launches] == [0, 0x6200]
-    assert backend.stream is default is ignis.current_stream(gpu.device)

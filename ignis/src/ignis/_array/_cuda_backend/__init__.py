@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..._bindings import _init_state, ensure_driver
 from ..._device import Device
-from ..._memory import Buffer, _resources, get_memory_resource, memcpy
-from ..._stream import Event, Stream, current_stream, default_stream
-from ..._stream import _tls as _stream_tls
+from ..._memory import Buffer, alloc, memcpy
+from ..._stream import Event, Stream, current_stream
 from .._backend import Backend
 from .._device import ArrayDevice
 from . import elementwise, matmul, reduction  # bound once: the hooks run on every op
@@ -45,20 +43,13 @@ class CudaBackend(Backend):
     def __init__(self, device: ArrayDevice):
         super().__init__(device)
         self.gpu = Device(device.index or 0)
-        self._ordinal = self.gpu.ordinal
-        self._default_stream = default_stream(self.gpu)  # a handle of 0: no driver call
 
     # --- streams -------------------------------------------------------------------------------
 
     @property
     def stream(self) -> Stream:
         """The stream ops are queued on now: the thread's current stream of this device."""
-        # current_stream(self.gpu), inline: every op asks this twice (to allocate, to launch).
-        try:
-            stream = _stream_tls.streams.get(self._ordinal)
-        except AttributeError:  # this thread has never entered a ``with stream:`` block
-            return self._default_stream
-        return self._default_stream if stream is None else stream
+        return current_stream(self.gpu)
 
     def default_stream(self) -> Stream:
         return current_stream(self.gpu)
@@ -69,18 +60,7 @@ class CudaBackend(Backend):
     # --- memory --------------------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> Buffer:
-        # ignis.alloc(nbytes, device=self.gpu, stream=self.stream), inline: the first step of
-        # every op that makes a new array.
-        if not _init_state["ok"]:
-            ensure_driver()  # raises (e.g. in a child forked after the driver was initialized)
-        resource = _resources.get(self._ordinal)
-        if resource is None:
-            resource = get_memory_resource(self.gpu)
-        try:
-            stream = _stream_tls.streams.get(self._ordinal)
-        except AttributeError:
-            stream = None
-        return resource.allocate(nbytes, self._default_stream if stream is None else stream)
+        return alloc(nbytes, device=self.gpu, stream=current_stream(self.gpu))
 
     def storage_nbytes(self, storage: Any) -> int:
         return int(storage.nbytes)

@@ -240,18 +240,11 @@ def _width(out: NvArray, po: int, x: NvArray, px: int, y: NvArray | None, py: in
     return v
 
 
-def _launch_contig(
-    backend: Any, ordinal: int, kernel: Kernel, n: int, v: int, args: list[Any]
-) -> None:
-    """Launch a ``*_contig`` kernel over ``n`` elements, ``v`` per access, on the backend's
-    current stream: the one launch step of every contiguous hook.
-
-    The grid is ``_grid(backend, n // v, BLOCK * CONTIG_UNROLL)`` with the cap looked up inline,
-    and the stream is asked for once, here (the launcher would otherwise look it up again)."""
+def _contig_grid(backend: Any, ordinal: int, n: int, v: int) -> int:
+    """``_grid(backend, n // v, BLOCK * CONTIG_UNROLL)`` with the cap looked up inline."""
     cap = _grid_caps.get(ordinal) or _grid_cap(backend)
     blocks = (n // v + (BLOCK * CONTIG_UNROLL - 1)) // (BLOCK * CONTIG_UNROLL)
-    grid = 1 if blocks < 1 else (blocks if blocks < cap else cap)
-    kernel.launch(grid, BLOCK, args, stream=backend.stream)
+    return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
 
 def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tuple[Any, ...]:
@@ -331,7 +324,9 @@ def unary(
                 "unary_contig",
                 (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], v),
             )
-        _launch_contig(backend, ordinal, kernel, n, v, [po, px, n])
+        kernel.launch(
+            _contig_grid(backend, ordinal, n, v), BLOCK, [po, px, n], stream=backend.stream
+        )
         return
     layout = _layout(shape, [out._strides, x._strides])
     wide = layout[2]
@@ -392,7 +387,12 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 "binary_contig",
                 (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, v),
             )
-        _launch_contig(backend, ordinal, kernel, n, v, [po, pa, pb, sa, sb, n])
+        kernel.launch(
+            _contig_grid(backend, ordinal, n, v),
+            BLOCK,
+            [po, pa, pb, sa, sb, n],
+            stream=backend.stream,
+        )
         return
     zeros = (0,) * len(shape)
     layout = _layout(
@@ -455,7 +455,12 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
         kernel = _kernels.get(key) or _kernel(
             backend, key, SOURCE, "where_contig", (work, _CTYPE[od], *types, forms, v)
         )
-        _launch_contig(backend, ordinal, kernel, n, v, ptrs + values + [n])
+        kernel.launch(
+            _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
+            BLOCK,
+            ptrs + values + [n],
+            stream=backend.stream,
+        )
         return
     zeros = (0,) * len(shape)
     strides = [out._strides] + [
@@ -499,7 +504,9 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
         kernel = _kernels.get(key) or _kernel(
             backend, key, SOURCE, "copy_contig", (_CTYPE[od], _CTYPE[sd], v)
         )
-        _launch_contig(backend, ordinal, kernel, n, v, [pd, ps, n])
+        kernel.launch(
+            _contig_grid(backend, ordinal, n, v), BLOCK, [pd, ps, n], stream=backend.stream
+        )
         return
     plan = _transpose_plan(shape, dst._strides, src._strides, od.itemsize, sd.itemsize)
     if plan is not None:
