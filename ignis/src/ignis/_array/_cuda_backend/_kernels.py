@@ -10,11 +10,27 @@ from __future__ import annotations
 
 import threading
 
+from ... import _dtypes as dt
 from ..._device import Device
 from ..._kernel import Kernel, compile_kernel
 from ..._sources import read_source
 
-__all__ = ["library_kernel"]
+__all__ = ["CTYPE", "library_kernel"]
+
+# The C++ element type of each dtype in the kernel library (cuda_src/ignis_types.cuh), keyed by
+# the DType and by its name.
+_PAIRS = [
+    (dt.bool_, "bool"),
+    (dt.int8, "ignis::int8"),
+    (dt.uint8, "ignis::uint8"),
+    (dt.int32, "ignis::int32"),
+    (dt.int64, "ignis::int64"),
+    (dt.float16, "ignis::float16"),
+    (dt.bfloat16, "ignis::bfloat16"),
+    (dt.float32, "float"),
+    (dt.float64, "double"),
+]
+CTYPE: dict = {**{d: c for d, c in _PAIRS}, **{d.name: c for d, c in _PAIRS}}
 
 _lock = threading.Lock()
 _kernels: dict[tuple[str, str, int], Kernel] = {}

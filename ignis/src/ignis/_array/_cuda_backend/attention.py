@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
-from ._kernels import library_kernel
+from ._kernels import CTYPE, library_kernel
 from .reduction import _temp
 
 if TYPE_CHECKING:
@@ -28,12 +28,7 @@ HEAD_DIMS = (32, 64, 96, 128)
 LOG2E = 1.4426950408889634
 MAX_GRID_Y = 65535
 
-_CTYPE = {
-    "float16": "ignis::float16",
-    "bfloat16": "ignis::bfloat16",
-    "float32": "float",
-    "float64": "double",
-}
+_CTYPE = CTYPE
 _TC = ("float16", "bfloat16")
 
 # Tile shapes of the kernels (must match attention.cu).

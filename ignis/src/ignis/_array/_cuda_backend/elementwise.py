@@ -44,7 +44,7 @@ from ..._device import activate
 from ..._errors import DTypeError, ShapeError
 from .._semantics import BINARY_OPS, GELU_APPROXIMATIONS, UNARY_OPS
 from . import _strided
-from ._kernels import library_kernel
+from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
     from ..._kernel import Kernel
@@ -73,17 +73,7 @@ BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 thr
 TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
 TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
 
-_CTYPE = {
-    dt.bool_: "bool",
-    dt.int8: "ignis::int8",
-    dt.uint8: "ignis::uint8",
-    dt.int32: "ignis::int32",
-    dt.int64: "ignis::int64",
-    dt.float16: "ignis::float16",
-    dt.bfloat16: "ignis::bfloat16",
-    dt.float32: "float",
-    dt.float64: "double",
-}
+_CTYPE = CTYPE
 # The C++ type an op computes in for each compute dtype, the Python type its scalars are passed
 # as (the argument packer converts them exactly, e.g. a float to float32 like NumPy's float32()),
 # and the value passed for an unused scalar parameter.

@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
-from ._kernels import library_kernel
+from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
     from ..array import NvArray
@@ -25,17 +25,6 @@ __all__ = ["take", "index_add", "dropout", "dropout_backward", "rope", "kernel_n
 THREADS = 256  # threads per block
 BLOCKS_PER_SM = 32  # grid cap: kernels loop over further rows
 
-CTYPE = {
-    dt.bool_: "bool",
-    dt.int8: "ignis::int8",
-    dt.uint8: "ignis::uint8",
-    dt.int32: "ignis::int32",
-    dt.int64: "ignis::int64",
-    dt.float16: "ignis::float16",
-    dt.bfloat16: "ignis::bfloat16",
-    dt.float32: "float",
-    dt.float64: "double",
-}
 INDEX_TYPES = (dt.int32, dt.int64)
 ADD_TYPES = (dt.int32, dt.int64, dt.float32, dt.float64)  # types with native atomics
 FLOAT_TYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float64)

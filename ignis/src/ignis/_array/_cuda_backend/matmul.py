@@ -39,7 +39,7 @@ from ... import _cublas
 from ... import _dtypes as dt
 from ..._device import activate
 from ..._errors import IgnisError
-from ._kernels import library_kernel
+from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
     from ..array import NvArray
@@ -356,12 +356,7 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
 
 # --- the own kernels ---------------------------------------------------------------------------
 
-_CTYPE = {
-    dt.float16: "ignis::float16",
-    dt.bfloat16: "ignis::bfloat16",
-    dt.float32: "float",
-    dt.float64: "double",
-}
+_CTYPE = CTYPE
 _ARGS = struct.Struct("<3q6qq" + f"{MAX_BATCH_DIMS}q" * 4 + "2d4i")  # ignis::gemm::GemmArgs
 
 

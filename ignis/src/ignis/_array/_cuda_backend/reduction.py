@@ -39,25 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
 from .. import _layout
-from ._kernels import library_kernel
+from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
     from ..array import NvArray
 
 __all__ = ["reduce", "arg_reduce", "softmax"]
 
-# C++ element type of each dtype.
-CTYPE = {
-    "bool": "bool",
-    "int8": "ignis::int8",
-    "uint8": "ignis::uint8",
-    "int32": "ignis::int32",
-    "int64": "ignis::int64",
-    "float16": "ignis::float16",
-    "bfloat16": "ignis::bfloat16",
-    "float32": "float",
-    "float64": "double",
-}
 
 # The type max/min/argmax/argmin compare in (the 16-bit floats as float; small integers as int).
 _WORK = {
