@@ -23,78 +23,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+from reduction import ROUNDS, max_rel_diff, time_cupy, time_ignis, time_torch  # shared timing
 
 import ignis
 
-ROUNDS = 7
-REPS = 5
-WARMUP = 2
 N = 1 << 28
 SIDE = 16384
-
-
-def median_ms(
-    run: Callable[[], Any],
-    record: Callable[[], Any],
-    elapsed: Callable[[Any, Any], float],
-    sync: Callable[[], None],
-) -> float:
-    """Median over rounds of milliseconds per call of ``run`` (device time between events)."""
-    for _ in range(WARMUP):
-        run()
-    sync()
-    samples = []
-    for _ in range(ROUNDS):
-        start = record()
-        for _ in range(REPS):
-            run()
-        end = record()
-        sync()
-        samples.append(elapsed(start, end) / REPS)
-    return statistics.median(samples)
-
-
-def time_ignis(fn: Callable[[], Any]) -> float:
-    stream = ignis.current_stream()
-    return median_ms(
-        fn, lambda: stream.record(), lambda a, b: a.elapsed_time(b), stream.synchronize
-    )
-
-
-def time_torch(fn: Callable[[], Any]) -> float:
-    import torch
-
-    def record() -> Any:
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    return median_ms(fn, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
-
-
-def time_cupy(fn: Callable[[], Any]) -> float:
-    import cupy
-
-    def record() -> Any:
-        e = cupy.cuda.Event()
-        e.record()
-        return e
-
-    return median_ms(
-        fn,
-        record,
-        lambda a, b: cupy.cuda.get_elapsed_time(a, b),
-        cupy.cuda.get_current_stream().synchronize,
-    )
-
-
-def max_rel_diff(ours: Any, theirs: Any) -> float:
-    a = np.asarray(ours.to_host(), dtype=np.float64)
-    b = theirs.float().cpu().numpy().astype(np.float64)
-    scale = np.max(np.abs(b)) + 1e-30
-    return float(np.max(np.abs(a - b)) / scale)
-
 
 Case = tuple[str, tuple[int, ...], Callable, Callable, Any, int]
 
