@@ -200,19 +200,7 @@ class MemoryResource:
                 raise
             free, total = device.mem_info()
             raise OutOfMemoryError(nbytes, free, total, device.ordinal, exc.call) from None
-        log = _logs.get(device.ordinal)  # recorded (see _Stats)
-        if log is None:
-            log = _log(device.ordinal)
-        log.append(nbytes)
-        if len(log) > _FOLD_AT:
-            _fold_soon(device.ordinal)
-        buf = _new_object(Buffer)
-        buf.ptr = ptr
-        buf.nbytes = nbytes
-        buf.device = device
-        buf.stream = stream
-        buf._resource = self
-        return buf
+        return _recorded_buffer(self, ptr, nbytes, device, stream)
 
     def _alloc(self, nbytes: int, stream: Stream) -> int:
         raise NotImplementedError
@@ -277,19 +265,7 @@ class AsyncMemoryResource(MemoryResource):
                     pass
                 else:
                     self._cached_bytes -= nbytes
-                    log = _logs.get(device.ordinal)  # recorded (see _Stats)
-                    if log is None:
-                        log = _log(device.ordinal)
-                    log.append(nbytes)
-                    if len(log) > _FOLD_AT:
-                        _fold_soon(device.ordinal)
-                    buf = _new_object(Buffer)
-                    buf.ptr = ptr
-                    buf.nbytes = nbytes
-                    buf.device = device
-                    buf.stream = stream
-                    buf._resource = self
-                    return buf
+                    return _recorded_buffer(self, ptr, nbytes, device, stream)
         return MemoryResource.allocate(self, nbytes, stream)
 
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
@@ -430,6 +406,25 @@ def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream
         if log is None:
             log = _log(device.ordinal)
         log.append(-nbytes)
+
+
+def _recorded_buffer(
+    resource: MemoryResource, ptr: int, nbytes: int, device: Device, stream: Stream
+) -> Buffer:
+    """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats)."""
+    log = _logs.get(device.ordinal)
+    if log is None:
+        log = _log(device.ordinal)
+    log.append(nbytes)
+    if len(log) > _FOLD_AT:
+        _fold_soon(device.ordinal)
+    buf = _new_object(Buffer)
+    buf.ptr = ptr
+    buf.nbytes = nbytes
+    buf.device = device
+    buf.stream = stream
+    buf._resource = resource
+    return buf
 
 
 _new_object = object.__new__
