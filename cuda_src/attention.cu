@@ -42,6 +42,18 @@ IGNIS_DEV double exp_(double x) { return exp(x); }
 IGNIS_DEV float log_(float x) { return logf(x); }
 IGNIS_DEV double log_(double x) { return log(x); }
 IGNIS_DEV float max_(float a, float b) { return fmaxf(a, b); }
+
+// 2^x in one instruction (ex2.approx.ftz: about 2 ulp; -inf gives +0, NaN stays NaN); the
+// float16 / bfloat16 kernels round the results to 8 or 11 bits anyway.
+IGNIS_DEV float exp2_fast(float x) {
+#if defined(IGNIS_ATTN_HOST_EMULATION)
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
 IGNIS_DEV double max_(double a, double b) { return fmax(a, b); }
 
 #if !defined(IGNIS_ATTN_HOST_EMULATION)  // a test builds these kernels on a host emulator
@@ -199,7 +211,7 @@ IGNIS_DEV float quad_sum(float v) {
 
 template <class A> IGNIS_DEV void zero(A& acc) {
   constexpr int N = sizeof(A) / sizeof(float);
-  float* f = &acc[0][0];
+  float* f = reinterpret_cast<float*>(&acc);  // any nesting of float arrays
 #pragma unroll
   for (int i = 0; i < N; ++i) f[i] = 0.f;
 }
@@ -318,6 +330,196 @@ __global__ void __launch_bounds__(kTcThreads)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tensor-core forward, 32 queries per warp (the default path; flash_fwd_tc above is the
+// 16-row fallback). Each warp owns two m16 tiles, so every K fragment (ldmatrix) and V fragment
+// (ldmatrix.trans) read from shared memory feeds two MMAs instead of one, and each K/V tile
+// copied into shared memory serves 128 queries instead of 64. The Q tile is staged in shared
+// memory; for D <= 64 its fragments then live in registers, for larger D they are re-read per
+// k-step (registers: O is D/2 floats per thread per m-tile, 2 x 64 = 128 at D = 128, plus the
+// 2 x 32 score floats). Tiles that need no mask (all keys in range and, causal, at or below every
+// query's diagonal) skip the per-element visibility test.
+
+enum : int { kFwd2MT = 2, kFwd2BM = 128, kFwd2BN = 64 };
+
+// Two blocks per SM (8 warps) at up to 255 registers and 104 KiB of shared memory (D = 128).
+// Three at D = 64 would need <= 168 registers, which makes ptxas spill: not asked for.
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc_m32(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                     float scale_log2, int vec, int64 bh0) {
+  constexpr int MT = kFwd2MT, BM = kFwd2BM, BN = kFwd2BN, LD = D + 8, NT = BN / 8;
+  constexpr int TILE = BN * LD, QTILE = BM * LD;
+  constexpr bool QREG = D <= 64;  // Q fragments in registers: 2 x D/16 x 4 = 32 at D = 64
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem((QTILE + 4 * TILE) * sizeof(T));
+  T* qs = reinterpret_cast<T*>(attn_smem);
+  T* kv = qs + QTILE;  // buffer b: K at kv + 2b TILE, V at kv + (2b+1) TILE
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;  // long rows first
+  const T* kb = k + bh * S * E;
+  const T* vb = v + bh * S * E;
+  const int wr = warp * 16 * MT;  // this warp's first query, relative to m0
+  int row[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    row[mt][0] = m0 + wr + 16 * mt + (lane >> 2);
+    row[mt][1] = row[mt][0] + 8;
+  }
+  const bool vec16 = vec != 0;
+
+  const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  load_tile16<T, BM, D, LD, kTcThreads>(qs, q + bh * L * E, m0, L, E, vec16);
+  if (n_end > 0) {
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+  }
+  tc::cp_async_commit();  // Q and the first K/V tiles: one group
+
+  uint32 qreg[QREG ? MT : 1][QREG ? D / 16 : 1][4];
+  float o[MT][D / 8][4];
+  zero(o);
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) mrow[mt][h] = neg_inf(), lrow[mt][h] = 0.f;
+
+  int buf = 0;
+  for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
+    if (n0 + BN < n_end) {
+      T* next = kv + 2 * (buf ^ 1) * TILE;
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    if constexpr (QREG) {
+      if (n0 == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int kk = 0; kk < D / 16; ++kk)
+            load_a_frag_smem<LD>(qreg[mt][kk], qs + (wr + 16 * mt) * LD + kk * 16);
+      }
+    }
+    const T* ks = kv + 2 * buf * TILE;
+    const T* vs = ks + TILE;
+
+    // S = Q K^T: one ldmatrix of K (two n-tiles) feeds both m-tiles.
+    float s[MT][NT][4];
+    zero(s);
+    const T* kbase = ks + ((lane & 7) + ((lane >> 4) << 3)) * LD + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32 qa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        if constexpr (QREG) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qa[mt][i] = qreg[mt][kk][i];
+        } else {
+          load_a_frag_smem<LD>(qa[mt], qs + (wr + 16 * mt) * LD + kk * 16);
+        }
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32 r[4];
+        tc::ldmatrix_x4(r, kbase + np * 16 * LD + kk * 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          tc::mma_m16n8k16(s[mt][2 * np], qa[mt], r[0], r[1], T{});
+          tc::mma_m16n8k16(s[mt][2 * np + 1], qa[mt], r[2], r[3], T{});
+        }
+      }
+    }
+
+    // Block-uniform: does any (query, key) pair of this tile need the visibility test?
+    const bool masked = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = neg_inf();
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            float x = s[mt][nt][2 * h + c] * scale_log2;
+            if (masked && !visible<CAUSAL>(row[mt][h], n0 + nt * 8 + 2 * t + c, L, S))
+              x = neg_inf();
+            s[mt][nt][2 * h + c] = x;
+            mx = fmaxf(mx, x);
+          }
+        mx = quad_max(mx);
+        const float m_new = fmaxf(mrow[mt][h], mx);
+        // A row that has seen no visible key yet keeps -inf: subtract 0 so no -inf - -inf = NaN.
+        const float m_use = m_new == neg_inf() ? 0.f : m_new;
+        const float alpha = exp2_fast(mrow[mt][h] - m_use);
+        mrow[mt][h] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float p = exp2_fast(s[mt][nt][2 * h + c] - m_use);
+            s[mt][nt][2 * h + c] = p;
+            sum += p;
+          }
+        lrow[mt][h] = lrow[mt][h] * alpha + sum;  // a per-thread partial sum: alpha is the quad's
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+          o[mt][nt][2 * h] *= alpha;
+          o[mt][nt][2 * h + 1] *= alpha;
+        }
+      }
+
+    // O += P V: P straight from the score registers; one ldmatrix.trans of V feeds both m-tiles.
+    const T* vbase = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32 pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        pa[mt][0] = tc::pack_pair<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pa[mt][1] = tc::pack_pair<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pa[mt][2] = tc::pack_pair<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pa[mt][3] = tc::pack_pair<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        uint32 r[4];
+        tc::ldmatrix_x4_trans(r, vbase + kk * 16 * LD + np * 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          tc::mma_m16n8k16(o[mt][2 * np], pa[mt], r[0], r[1], T{});
+          tc::mma_m16n8k16(o[mt][2 * np + 1], pa[mt], r[2], r[3], T{});
+        }
+      }
+    }
+    __syncthreads();
+  }
+  tc::cp_async_wait<0>();  // the Q copy when no key is visible to the block
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(lrow[mt][h]);
+      inv[h] = l > 0.f ? 1.f / l : 0.f;
+      if (t == 0 && row[mt][h] < L)
+        lse[bh * L + row[mt][h]] = l > 0.f ? (mrow[mt][h] + log2f(l)) * ln2() : neg_inf();
+    }
+    store_acc<T, D>(out + bh * L * E, o[mt], m0 + wr + 16 * mt, L, E, inv[0], inv[1]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Backward preprocessing: D[r] = sum_e dO[r, e] * O[r, e], one warp per row.
 
 template <class T, class A>
@@ -335,22 +537,38 @@ __global__ void attn_row_dot(const T* __restrict__ dout, const T* __restrict__ o
 
 // ---------------------------------------------------------------------------------------------
 // Tensor-core backward: dK and dV. Block: 64 keys (16 per warp); query tiles of 32.
+// DQ = true also accumulates dQ (the fused backward, one pass instead of two): each query tile's
+// dS (32 x 64, rounded to T) goes through shared memory, the four warps multiply it by the K
+// tile (warp w: queries 16 (w % 2) .. + 16, columns (w / 2) D/2 .. + D/2) and add the products
+// to a float32 dQ accumulator (rows x E, zero-filled, unscaled) with atomics; attn_dq_finish
+// scales and rounds it. The atomics make dQ's float32 sums order-dependent (not bit-for-bit
+// deterministic); DQ = false with flash_bwd_dq_tc is the deterministic two-pass path.
 
 enum : int { kBwdKN = 64, kBwdKM = 32 };
 
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
-    flash_bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                      const T* __restrict__ dout, const float* __restrict__ lse,
-                      const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
-                      int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0) {
+// Dynamic shared memory of the dK/dV kernels (bytes).
+template <class T, int D, bool DQ> IGNIS_DEV unsigned dkdv_smem_bytes() {
+  return (2 * kBwdKN * (D + 8) + 4 * kBwdKM * (D + 8) + (DQ ? kBwdKM * (kBwdKN + 8) : 0)) *
+             sizeof(T) +
+         4 * kBwdKM * sizeof(float);
+}
+
+template <class T, int D, bool CAUSAL, bool DQ>
+IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
+                           const T* __restrict__ v, const T* __restrict__ dout,
+                           const float* __restrict__ lse, const float* __restrict__ dvec,
+                           T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
+                           int L, int S, int E, float scale, float scale_log2, int vec,
+                           int64 bh0) {
   constexpr int BN = kBwdKN, BM = kBwdKM, LD = D + 8, NT = BM / 8, QTILE = BM * LD;
+  constexpr int LDS = BN + 8;  // row stride of the dS tile: ldmatrix rows 4 banks apart
   unsigned char* attn_smem = dynamic_smem();
-  require_smem((2 * BN * LD + 4 * QTILE) * sizeof(T) + 4 * BM * sizeof(float));
+  require_smem(dkdv_smem_bytes<T, D, DQ>());
   T* ks = reinterpret_cast<T*>(attn_smem);
   T* vs = ks + BN * LD;
   T* qd = vs + BN * LD;  // buffer b: Q at qd + 2b QTILE, dO at qd + (2b+1) QTILE
   float* stats = reinterpret_cast<float*>(qd + 4 * QTILE);  // buffer b: lse, D at stats + 2b BM
+  T* dss = reinterpret_cast<T*>(stats + 4 * BM);  // dS (BM x LDS), DQ only
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * BN;
@@ -409,6 +627,9 @@ __global__ void __launch_bounds__(kTcThreads)
       mma_a_xt_step<T, NT, LD>(s, ka, qs, kk);
       mma_a_xt_step<T, NT, LD>(dp, va, dos, kk);
     }
+    // Block-uniform: does any (query, key) pair of this tile need the visibility test? (In a
+    // tile that does not, every query sees a key, so its lse is finite.)
+    const bool masked = m0 + BM > L || n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -416,19 +637,84 @@ __global__ void __launch_bounds__(kTcThreads)
         const int il = nt * 8 + 2 * t + (c & 1);  // query, relative to m0
         const int j = key[c >> 1];
         // The select keeps exp2 of a masked -inf lse (a query with no key) out of the result.
-        const float p = visible<CAUSAL>(m0 + il, j, L, S)
-                            ? exp2f(s[nt][c] * scale_log2 - lse_s[il] * log2e())
+        const float p = (!masked || visible<CAUSAL>(m0 + il, j, L, S))
+                            ? exp2_fast(s[nt][c] * scale_log2 - lse_s[il] * log2e())
                             : 0.f;
         s[nt][c] = p;
         dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+        if constexpr (DQ) dss[il * LDS + wk + (lane >> 2) + 8 * (c >> 1)] = from_acc<T>(dp[nt][c]);
       }
     mma_p_y<T, D, BM / 16, LD>(dva, s, dos);
     mma_p_y<T, D, BM / 16, LD>(dka, dp, qs);
+    if constexpr (DQ) {
+      __syncthreads();  // the whole dS tile is written
+      constexpr int HALF = D / 2;
+      const int qr = (warp & 1) * 16, c0 = (warp >> 1) * HALF;
+      float dqa[HALF / 8][4];
+      zero(dqa);
+      // dQ(16 x D/2) = dS(16 x BN) K(BN x D/2): A from the dS rows, B = K rows (transposed load).
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32 a[4];
+        load_a_frag_smem<LDS>(a, dss + qr * LDS + kk * 16);
+        const T* base =
+            ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + c0;
+#pragma unroll
+        for (int np = 0; np < HALF / 16; ++np) {
+          uint32 r[4];
+          tc::ldmatrix_x4_trans(r, base + np * 16);
+          tc::mma_m16n8k16(dqa[2 * np], a, r[0], r[1], T{});
+          tc::mma_m16n8k16(dqa[2 * np + 1], a, r[2], r[3], T{});
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = m0 + qr + (lane >> 2) + 8 * h;
+        if (i >= L) continue;
+        float* dst = dq_acc + (bh * L + i) * E;
+#pragma unroll
+        for (int nt = 0; nt < HALF / 8; ++nt) {
+          const int col = c0 + nt * 8 + 2 * t;
+          if (col < E) atomicAdd(dst + col, dqa[nt][2 * h]);
+          if (col + 1 < E) atomicAdd(dst + col + 1, dqa[nt][2 * h + 1]);
+        }
+      }
+    }
     __syncthreads();
   }
   tc::cp_async_wait<0>();  // the K and V copies when no query sees these keys
   store_acc<T, D>(dk + bh * S * E, dka, n0 + wk, S, E, scale, scale);
   store_acc<T, D>(dv + bh * S * E, dva, n0 + wk, S, E, 1.f, 1.f);
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const float* __restrict__ lse,
+                      const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                      int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0) {
+  bwd_dkdv_tc<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, L, S, E, scale,
+                                   scale_log2, vec, bh0);
+}
+
+// The fused backward: dK, dV and the unscaled float32 dQ sums in dq_acc (zero-filled first).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_fused_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                       const T* __restrict__ dout, const float* __restrict__ lse,
+                       const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                       float* __restrict__ dq_acc, int L, int S, int E, float scale,
+                       float scale_log2, int vec, int64 bh0) {
+  bwd_dkdv_tc<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, L, S, E, scale,
+                                  scale_log2, vec, bh0);
+}
+
+// dq[i] = dq_acc[i] * scale rounded to T, for the n elements of the fused backward's dQ.
+template <class T>
+__global__ void attn_dq_finish(const float* __restrict__ dq_acc, T* __restrict__ dq, int64 n,
+                               float scale) {
+  const int64 stride = (int64)gridDim.x * blockDim.x;
+  for (int64 i = global_index(); i < n; i += stride) dq[i] = from_acc<T>(dq_acc[i] * scale);
 }
 
 // ---------------------------------------------------------------------------------------------

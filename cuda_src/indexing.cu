@@ -6,8 +6,9 @@
 //
 //   take_rows          out row r = a row (o, k); an index outside [-n, n) fills the row with NaN
 //                      (floating types) or 0 (integers, bool). A block is (bx, by) threads: by
-//                      rows at a time, bx threads along a row moving VEC elements per access
-//                      (inner % VEC == 0 and 16-byte-aligned rows for VEC > 1).
+//                      rows at a time, U times over (U rows per thread in flight), bx threads
+//                      along a row moving VEC elements per access (inner % VEC == 0 and
+//                      VEC-element-aligned rows for VEC > 1).
 //   index_add_atomic   dst row (o, k) += alpha * src row r, with atomics (repeated indices add up;
 //                      the order of the additions, and so float rounding, varies run to run).
 //   index_add_ordered  the same sum, deterministic: one thread per (o, column) walks j = 0 .. m-1
@@ -32,7 +33,7 @@ template <class I> IGNIS_DEV int64 wrap_index(I raw, int64 n) {
   return (k >= 0 && k < n) ? k : -1;
 }
 
-template <class T, class I, int VEC>
+template <class T, class I, int VEC, int U>
 __global__ void take_rows(const T* __restrict__ a, const I* __restrict__ idx, T* __restrict__ out,
                           int64 rows, int64 m, int64 n, int64 inner_vecs) {
   typedef typename ew::raw_bits<sizeof(T) * VEC>::type R;
@@ -41,16 +42,42 @@ __global__ void take_rows(const T* __restrict__ a, const I* __restrict__ idx, T*
   ew::Pack<T, VEC> bad;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) bad.v[e] = bad_value<T>();
-  const int64 row_step = (int64)gridDim.x * blockDim.y;
-  for (int64 r = (int64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += row_step) {
-    const int64 o = r / m;
-    const int64 k = wrap_index(idx[r - o * m], n);
-    R* q = dst + r * inner_vecs;
-    if (k >= 0) {
-      const R* p = src + (o * n + k) * inner_vecs;
-      for (int64 c = threadIdx.x; c < inner_vecs; c += blockDim.x) q[c] = p[c];
+  // A block covers a tile of by * U rows; thread (x, y) moves columns x, x + bx, ... of rows
+  // y, y + by, ..., y + (U-1) by of the tile. Its U index loads, then the U row loads of each
+  // column, are issued back to back (independent loads in flight rather than a chain per row).
+  const int64 by = blockDim.y;
+  const int64 tile = by * U;
+  for (int64 r0 = (int64)blockIdx.x * tile + threadIdx.y; r0 < rows; r0 += (int64)gridDim.x * tile) {
+    // o = r / m, the outer block of row r: none to find when there is one outer block
+    // (embedding, axis 0), a 32-bit division below 2**31 rows; the test is the same for the
+    // whole grid, so it branches once around all U rows.
+    int64 o[U];
+    if (rows == m) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) o[u] = 0;
+    } else if (rows <= 0x7fffffffll) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) o[u] = (int64)((uint32)(r0 + u * by) / (uint32)m);
     } else {
-      for (int64 c = threadIdx.x; c < inner_vecs; c += blockDim.x) q[c] = bad.raw;
+#pragma unroll
+      for (int u = 0; u < U; ++u) o[u] = (r0 + u * by) / m;
+    }
+    I raw[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) raw[u] = r0 + u * by < rows ? idx[r0 + u * by - o[u] * m] : (I)0;
+    int64 k[U];  // the source row's first vector; -1: out of range (fill), -2: past the last row
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64 w = wrap_index(raw[u], n);
+      k[u] = r0 + u * by >= rows ? -2 : (w < 0 ? -1 : (o[u] * n + w) * inner_vecs);
+    }
+    for (int64 c = threadIdx.x; c < inner_vecs; c += blockDim.x) {
+      R v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) v[u] = k[u] >= 0 ? src[k[u] + c] : bad.raw;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (k[u] != -2) dst[(r0 + u * by) * inner_vecs + c] = v[u];
     }
   }
 }

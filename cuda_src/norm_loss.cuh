@@ -6,7 +6,8 @@
 //   * Rows<WARP>: how a row maps onto threads: a warp per row (blocks hold several warps) or a
 //     block per row; row_reduce over that group in a fixed order (deterministic);
 //   * load_vec / store_vec: VEC consecutive elements to and from the compute type with 16-byte
-//     (or 8-byte) accesses when VEC > 1;
+//     (or 8-byte) accesses when VEC > 1; param_vec: the same for an optional weight or bias;
+//   * Packed / load_packed / unpack: a row's register cache in the data type;
 //   * w_rsqrt, w_exp, w_log, w_is_finite: float/double overloads.
 #pragma once
 
@@ -104,6 +105,59 @@ template <class W, class T, int VEC> IGNIS_DEV void load_vec(const T* p, W (&v)[
   }
 }
 
+// VEC elements of T as raw 32-bit words: a row's register cache kept in the data type (16-bit
+// rows take half the registers of the compute type, so more rows stay resident per SM), turned
+// into W on each use by unpack.
+template <class T, int VEC> struct Packed {
+  static constexpr int words = ((int)sizeof(T) * VEC + 3) / 4;
+  unsigned int w[words];
+};
+
+// out = p[0 .. VEC) with the accesses of load_vec; p aligned like load_vec's.
+template <class T, int VEC> IGNIS_DEV void load_packed(const T* p, Packed<T, VEC>& out) {
+  constexpr int bytes = (int)sizeof(T) * VEC;
+  if constexpr (VEC > 1 && bytes % 16 == 0) {
+#pragma unroll
+    for (int k = 0; k < bytes / 16; ++k) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(p) + k);
+      out.w[4 * k] = q.x;
+      out.w[4 * k + 1] = q.y;
+      out.w[4 * k + 2] = q.z;
+      out.w[4 * k + 3] = q.w;
+    }
+  } else if constexpr (VEC > 1 && bytes % 8 == 0) {
+#pragma unroll
+    for (int k = 0; k < bytes / 8; ++k) {
+      const uint2 d = __ldg(reinterpret_cast<const uint2*>(p) + k);
+      out.w[2 * k] = d.x;
+      out.w[2 * k + 1] = d.y;
+    }
+  } else {
+    union {
+      unsigned int w[Packed<T, VEC>::words];
+      T e[VEC];
+    } u;
+#pragma unroll
+    for (int k = 0; k < Packed<T, VEC>::words; ++k) u.w[k] = 0u;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) u.e[e] = p[e];
+#pragma unroll
+    for (int k = 0; k < Packed<T, VEC>::words; ++k) out.w[k] = u.w[k];
+  }
+}
+
+// v[e] = element e of `in` converted to W.
+template <class W, class T, int VEC> IGNIS_DEV void unpack(const Packed<T, VEC>& in, W (&v)[VEC]) {
+  union {
+    unsigned int w[Packed<T, VEC>::words];
+    T e[VEC];
+  } u;
+#pragma unroll
+  for (int k = 0; k < Packed<T, VEC>::words; ++k) u.w[k] = in.w[k];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) v[e] = cvt_in<W>(u.e[e]);
+}
+
 // p[e] = v[e] rounded once into O; p aligned like load_vec's.
 template <class O, class W, int VEC> IGNIS_DEV void store_vec(O* p, const W (&v)[VEC]) {
   O o[VEC];
@@ -112,9 +166,16 @@ template <class O, class W, int VEC> IGNIS_DEV void store_vec(O* p, const W (&v)
   store_values<O, VEC>(p, o);
 }
 
-// Parameter (weight or bias) element c as W; `fallback` when there is no parameter.
-template <class W, class P> IGNIS_DEV W param_at(const P* p, int64 c, W fallback) {
-  return p == nullptr ? fallback : cvt_in<W>(p[c]);
+// Parameter elements c .. c + VEC - 1 as W (`fallback` when there is no parameter), with the
+// vector loads of load_vec: one 16-byte load where VEC scalar loads would each touch the whole
+// span of the warp's packs. p + c aligned like load_vec's.
+template <class W, class P, int VEC> IGNIS_DEV void param_vec(const P* p, int64 c, W fallback, W (&v)[VEC]) {
+  if (p == nullptr) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = fallback;
+  } else {
+    load_vec<W, P, VEC>(p + c, v);
+  }
 }
 
 }  // namespace ignis

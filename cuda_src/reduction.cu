@@ -124,8 +124,21 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) c[e] = center[out_index + e];
       }
-#pragma unroll 4
-      for (int64 r = begin + ty; r < end; r += by) {
+      // Four independent row loads in flight before any is combined (the combination order
+      // is still r = ty, ty + by, ...: the same result as a plain loop).
+      constexpr int U = 4;
+      int64 r = begin + ty;
+      for (; r + (U - 1) * by < end; r += U * by) {
+        Pack<T, VEC> pk[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) pk[u] = load_pack<T, VEC>(p + (r + u * by) * rs);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) acc[e] = Op::combine(acc[e], Op::load(pk[u].e[e], c[e], r + u * by));
+        }
+      }
+      for (; r < end; r += by) {
         const Pack<T, VEC> pk = load_pack<T, VEC>(p + r * rs);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[e] = Op::combine(acc[e], Op::load(pk.e[e], c[e], r));

@@ -419,7 +419,7 @@ def test_autograd_embedding_half_weight_gets_float32_sums(device: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gpu_large_embedding_matches_cpu(rng: np.random.Generator, dtype: str) -> None:
-    vocab, dim, tokens = 5003, 768, 4099
+    vocab, dim, tokens = 5003, 768, 8195  # enough rows for 4 rows per thread, and a part tile
     w = random_array(rng, (vocab, dim), dtype)
     ids = rng.integers(0, vocab, size=tokens)
     ids[:100] = 3  # a hot row
@@ -454,6 +454,31 @@ def test_gpu_take_and_index_add_match_cpu_for_every_dtype(rng: np.random.Generat
         np.testing.assert_array_equal(outs[0], outs[1], err_msg=dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows_in_flight_from", [0, 10**9])  # always 4 rows per thread / never
+def test_gpu_take_row_tiles_match_numpy(
+    monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator, rows_in_flight_from: int
+) -> None:
+    # Every dtype and vector width through both take kernels: one outer block and several
+    # (the division path), tiles that the rows do not fill, rows longer than a block (the
+    # column loop), out-of-range and negative indices of both index dtypes.
+    monkeypatch.setattr(cuda_indexing, "TAKE_MIN_BLOCKS_PER_SM", rows_in_flight_from)
+    cases = [((50, 8), 0, 37), ((3, 50, 8), 1, 29), ((7, 40, 1), 1, 13), ((40, 1100), 0, 9)]
+    for dtype in ALL:
+        for shape, axis, m in cases:
+            a = random_array(rng, shape, dtype)
+            n = shape[axis]
+            for index_dtype in (np.int32, np.int64):
+                idx = rng.integers(-n - 2, n + 2, size=m).astype(index_dtype)
+                idx[:2] = [n - 1, -n]
+                got = ignis.take(nv(a, "cuda:0"), nv(idx, "cuda:0"), axis=axis).to_host()
+                np.testing.assert_array_equal(
+                    got.astype(np.float64),
+                    np_take(a, idx, axis).astype(np.float64),
+                    err_msg=f"{dtype} {shape} axis={axis} {index_dtype.__name__}",
+                )
+
+
 # --- the CUDA backend's launches, on the stand-in GPU of tests/ignis/runtime/fake_gpu.py ---------
 # Runs everywhere: the kernels are parsed from cuda_src/ and launched into a recorder, so these
 # check names, configurations and the packing of every argument, not results.
@@ -481,19 +506,48 @@ def test_fake_gpu_take_launch(fake) -> None:
     idx = ignis.empty((5,), dtype="int32", device="cuda:0")
     out = ignis.take(a, idx, axis=1)
     ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
-    assert name == "ignis::idx::take_rows<float, ignis::int32, 4>"  # 16-byte moves
+    # 16-byte moves, one row per thread (15 rows cannot fill 132 multiprocessors anyway)
+    assert name == "ignis::idx::take_rows<float, ignis::int32, 4, 1>"
     assert block == (2, 128, 1) and grid == (1, 1, 1)  # 8 floats = 2 packs per row
     assert [struct.unpack("<Q", v)[0] for v in args[:3]] == [a.data_ptr, idx.data_ptr, out.data_ptr]
     assert [_i64(v) for v in args[3:]] == [15, 5, 10, 2]
     fake.launches.clear()
     ignis.take(ignis.empty((4, 1000), dtype="bfloat16", device="cuda:0"), idx)
     ((name, _, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
-    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int32, 8>" and block == (
+    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int32, 8, 1>" and block == (
         128,
         2,
         1,
     )
     assert _i64(args[-1]) == 125
+
+
+def test_fake_gpu_take_keeps_rows_in_flight_when_the_grid_is_large(fake) -> None:
+    # The embedding lookup of the benchmark: 8192 rows of 768 floats = 192 packs of 16 bytes.
+    w = ignis.empty((50304, 768), dtype="float32", device="cuda:0")
+    ids = ignis.empty((8192,), dtype="int64", device="cuda:0")
+    ignis.nn.embedding(ids, w)
+    ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
+    assert name == "ignis::idx::take_rows<float, ignis::int64, 4, 4>"
+    assert block == (192, 1, 1) and grid == (8192 // 4, 1, 1)  # 4 rows per thread
+    assert [_i64(v) for v in args[3:]] == [8192, 8192, 50304, 192]
+    fake.launches.clear()
+    # bfloat16: 96 packs per row, two rows per block, tiles of 8 rows; 8195 rows leave a part
+    ignis.nn.embedding(
+        ignis.empty((8195,), dtype="int32", device="cuda:0"),
+        ignis.empty((50304, 768), dtype="bfloat16", device="cuda:0"),
+    )
+    ((name, grid, block, _, _),) = _launched(fake, "ignis::idx::take_rows")
+    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int32, 8, 4>"
+    assert block == (96, 2, 1) and grid == (-(-8195 // 8), 1, 1)
+    fake.launches.clear()
+    # the threshold: 4 blocks of 4-row tiles per multiprocessor (132 here), else 1 row a thread
+    w = ignis.empty((10, 768), device="cuda:0")
+    for rows, per_thread in [(4 * (4 * 132 - 1), 1), (4 * 4 * 132, 4)]:
+        fake.launches.clear()
+        ignis.take(w, ignis.empty((rows,), dtype="int32", device="cuda:0"))
+        ((name, grid, _, _, _),) = _launched(fake, "ignis::idx::take_rows")
+        assert name.endswith(f", 4, {per_thread}>") and grid == (rows // per_thread, 1, 1)
 
 
 def test_fake_gpu_index_add_launches(fake) -> None:
@@ -522,14 +576,16 @@ def test_fake_gpu_index_add_launches(fake) -> None:
 def test_fake_gpu_dropout_and_rope_launches(fake) -> None:
     x = ignis.empty((5, 7), dtype="float16", device="cuda:0")
     y, mask = ignis.nn.dropout(x, 0.25, seed=2**32 + 3, offset=9)
-    ((name, _, _, _, args),) = _launched(fake, "ignis::nn::dropout_forward")
-    assert name == "ignis::nn::dropout_forward<ignis::float16, float>"
+    ((name, grid, block, _, args),) = _launched(fake, "ignis::nn::dropout_forward")
+    assert name == "ignis::nn::dropout_forward<ignis::float16, float, true>"  # 16-byte vectors
+    assert grid == (1, 1, 1) and block == (256, 1, 1)
+    assert [struct.unpack("<Q", v)[0] for v in args[:3]] == [x.data_ptr, y.data_ptr, mask.data_ptr]
     assert _i64(args[3]) == 35
     assert struct.unpack("<IIQI", b"".join(args[4:8])) == (3, 1, 9, 1 << 22)
     assert struct.unpack("<f", args[8])[0] == pytest.approx(4 / 3)
     ignis.nn.dropout_backward(ignis.empty((5, 7), dtype="float64", device="cuda:0"), mask, 0.25)
     ((name, _, _, _, args),) = _launched(fake, "ignis::nn::dropout_backward")
-    assert name == "ignis::nn::dropout_backward<double, double>"
+    assert name == "ignis::nn::dropout_backward<double, double, true>"
     q = ignis.empty((2, 3, 4, 128), dtype="bfloat16", device="cuda:0")
     ignis.nn.rope(q, offset=5)
     pos = ignis.empty((2, 3, 4), dtype="int32", device="cuda:0")

@@ -365,10 +365,14 @@ def test_padded_head_dims():
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("e", [64, 128])
-def test_long_sequences_on_gpu_match_torch(dtype, causal, e):
+@pytest.mark.parametrize("path", ["default", "fallback"])
+def test_long_sequences_on_gpu_match_torch(dtype, causal, e, path, monkeypatch):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs torch with CUDA")
+    if path == "fallback":  # the 16-rows-per-warp forward and the two-pass backward
+        monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", 16)
+        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
     rng = np.random.default_rng(e)
     shape = (2, 4, 1031, e)
     tdt = getattr(torch, dtype)
@@ -423,11 +427,18 @@ def _i32(b):
 
 
 @pytest.mark.parametrize(
-    "dtype,kind", [("bfloat16", "tc"), ("float32", "simt"), ("float64", "simt")]
+    "dtype,kind,rows_per_warp",
+    [
+        ("bfloat16", "tc_m32", 32),
+        ("bfloat16", "tc", 16),
+        ("float32", "simt", 32),
+        ("float64", "simt", 32),
+    ],
 )
-def test_launches_over_a_fake_driver(fake, dtype, kind):
+def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypatch):
     import struct
 
+    monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", rows_per_warp)
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
     fake.launches.clear()
@@ -443,8 +454,12 @@ def test_launches_over_a_fake_driver(fake, dtype, kind):
         lse.data_ptr,
     ]
     assert [_i32(a) for a in args[5:8]] == [100, 70, 80]
-    if kind == "tc":
-        assert grid == (2, 6, 1) and block == (128, 1, 1)
+    if kind.startswith("tc"):
+        # 100 queries: one block of 128 (32 per warp) or two of 64 (16 per warp); shared
+        # memory: K and V double-buffered (64 x 104 each), plus the Q tile for the wide kernel.
+        tiles = 4 * 64 + (128 if kind == "tc_m32" else 0)
+        assert grid == ((1 if kind == "tc_m32" else 2), 6, 1) and block == (128, 1, 1)
+        assert (name, tiles * (96 + 8) * 2) in fake.optin  # over 48 KiB: opted in exactly
         assert struct.unpack("<f", args[8])[0] == pytest.approx(0.5 * 1.4426950408889634)
     else:
         assert grid == (4, 6, 1) and block == (256, 1, 1)
@@ -454,11 +469,29 @@ def test_launches_over_a_fake_driver(fake, dtype, kind):
     ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
     names = [n.split("<")[0] for n, *_ in fake.launches]
     # Scalar dK/dV tiles at head dim 96: more than 48 KiB of shared memory, under 227 KiB.
-    assert kind == "tc" or any("dkdv" in n and 48 * 1024 < v <= 227 * 1024 for n, v in fake.optin)
+    assert kind.startswith("tc") or any(
+        "dkdv" in n and 48 * 1024 < v <= 227 * 1024 for n, v in fake.optin
+    )
+    if kind.startswith("tc"):  # fused: dQ summed in float32 (zero-filled), then rounded
+        assert names[0] == "ignis::attn::attn_row_dot" and names[-2:] == [
+            "ignis::attn::flash_bwd_fused_tc",
+            "ignis::attn::attn_dq_finish",
+        ]
+        fused = [a for n, _, _, _, a in fake.launches if "bwd_fused" in n][0]
+        assert _u64(fused[8]) not in (q.data_ptr, k.data_ptr, out.data_ptr)  # the float32 sums
+        assert (
+            "ignis::attn::flash_bwd_fused_tc<ignis::bfloat16, 96, true>",
+            (2 * 64 + 4 * 32) * (96 + 8) * 2 + 32 * 72 * 2 + 4 * 32 * 4,
+        ) in fake.optin
+        fake.launches.clear()
+        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
+        ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
+        names = [n.split("<")[0] for n, *_ in fake.launches]
+    bwd = kind[:2] if kind.startswith("tc") else kind
     assert names == [
         "ignis::attn::attn_row_dot",
-        f"ignis::attn::flash_bwd_dkdv_{kind}",
-        f"ignis::attn::flash_bwd_dq_{kind}",
+        f"ignis::attn::flash_bwd_dkdv_{bwd}",
+        f"ignis::attn::flash_bwd_dq_{bwd}",
     ]
     fake.launches.clear()
     q1 = ignis.empty((2, 3, 1, 80), dtype=dtype, device="cuda:0")
@@ -825,6 +858,17 @@ inline void require_smem(unsigned bytes) {
 
 }  // namespace ignis
 
+// Threads run one at a time: an atomic add is a plain add.
+namespace ignis {
+namespace attn {
+inline float atomicAdd(float* p, float v) {
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
+}  // namespace attn
+}  // namespace ignis
+
 #include "attention.cu"
 
 namespace emu {
@@ -930,8 +974,15 @@ int main(int argc, char** argv) {
   auto cdiv = [](int a, int b) { return (unsigned)((a + b - 1) / b); };
 #if EMU_TC
   const float sl2 = (float)(scale * 1.4426950408889634);
+  // The 16-rows-per-warp fallback first (its results are written last), then the default
+  // 32-rows-per-warp forward whose out and lse feed the backward.
+  T* out16 = aligned<T>(nq);
+  LT* lse16 = aligned<LT>((size_t)bh * L);
   emu::launch(cdiv(L, kFwdBM), bh, kTcThreads, 4 * kFwdBN * (D + 8) * 2, [&] {
-    flash_fwd_tc<T, D, C>(q, k, v, out, lse, L, S, E, sl2, vec, 0);
+    flash_fwd_tc<T, D, C>(q, k, v, out16, lse16, L, S, E, sl2, vec, 0);
+  }, rng);
+  emu::launch(cdiv(L, kFwd2BM), bh, kTcThreads, (kFwd2BM + 4 * kFwd2BN) * (D + 8) * 2, [&] {
+    flash_fwd_tc_m32<T, D, C>(q, k, v, out, lse, L, S, E, sl2, vec, 0);
   }, rng);
   emu::launch(cdiv(bh * L, 8), 1, 256, 0,
               [&] { attn_row_dot<T, float>(dout, out, dvec, (int64)bh * L, E); }, rng);
@@ -943,6 +994,16 @@ int main(int argc, char** argv) {
   emu::launch(cdiv(L, kBwdQM), bh, kTcThreads, 4 * kBwdQN * (D + 8) * 2, [&] {
     flash_bwd_dq_tc<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (float)scale, sl2, vec, 0);
   }, rng);
+  // The fused backward (dQ through float32 atomics), its results written last.
+  T *dq_f = aligned<T>(nq), *dk_f = aligned<T>(nk), *dv_f = aligned<T>(nk);
+  float* dq_acc = aligned<float>(nq);
+  for (size_t i = 0; i < nq; ++i) dq_acc[i] = 0.f;
+  const size_t fused_smem = dkdv_smem + kBwdKM * (kBwdKN + 8) * 2;
+  emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, fused_smem, [&] {
+    flash_bwd_fused_tc<T, D, C>(q, k, v, dout, lse, dvec, dk_f, dv_f, dq_acc, L, S, E,
+                                (float)scale, sl2, vec, 0);
+  }, rng);
+  emu::launch(3, 1, 64, 0, [&] { attn_dq_finish<T>(dq_acc, dq_f, (int64)nq, (float)scale); }, rng);
 #else
   emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (3 * D + 1) * sizeof(T), [&] {
     flash_fwd_simt<T, D, C>(q, k, v, out, lse, L, S, E, (T)scale, 0);
@@ -977,6 +1038,13 @@ int main(int argc, char** argv) {
   std::fwrite(dk, sizeof(T), nk, o);
   std::fwrite(dv, sizeof(T), nk, o);
   std::fwrite(dec, sizeof(T), (size_t)bh * E, o);
+#if EMU_TC
+  std::fwrite(out16, sizeof(T), nq, o);
+  std::fwrite(lse16, sizeof(LT), (size_t)bh * L, o);
+  std::fwrite(dq_f, sizeof(T), nq, o);
+  std::fwrite(dk_f, sizeof(T), nk, o);
+  std::fwrite(dv_f, sizeof(T), nk, o);
+#endif
   std::fclose(o);
   return 0;
 }
@@ -987,7 +1055,8 @@ int main(int argc, char** argv) {
 EMULATED = [
     (
         ("bf16_64_causal", "ignis::bfloat16", 64, 1, 1),
-        [("bfloat16", 2, 130, 70, 64), ("bfloat16", 1, 17, 40, 17)],
+        # (200, 200): causal tiles wholly below the diagonal skip the mask
+        [("bfloat16", 2, 130, 70, 64), ("bfloat16", 1, 17, 40, 17), ("bfloat16", 1, 200, 200, 64)],
     ),
     (("f16_96", "ignis::float16", 96, 0, 1), [("float16", 2, 33, 100, 80)]),
     (("bf16_128_causal", "ignis::bfloat16", 128, 1, 1), [("bfloat16", 1, 70, 100, 128)]),
@@ -1066,15 +1135,35 @@ def test_kernels_on_the_host_emulator(emulator_dir, build, runs):
             (NP_DTYPE[dtype], shapes[1]),
             (NP_DTYPE[dtype], shapes[1]),
             (NP_DTYPE[dtype], (bh, 1, e)),
+            # the tensor-core builds also write the 16-rows-per-warp forward's out and lse and
+            # the fused backward's dq, dk, dv
+            *(
+                (
+                    (NP_DTYPE[dtype], shapes[0]),
+                    (stat, shapes[0][:2]),
+                    (NP_DTYPE[dtype], shapes[0]),
+                    (NP_DTYPE[dtype], shapes[1]),
+                    (NP_DTYPE[dtype], shapes[1]),
+                )
+                if tc
+                else ()
+            ),
         ):
             n = int(np.prod(shape))
             parts.append(np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(shape))
             offset += n * np.dtype(t).itemsize
         assert offset == len(raw)
-        out, lse, dq, dk, dv, dec = parts
+        out, lse, dq, dk, dv, dec = parts[:6]
         want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
+        stat_dtype = "float64" if dtype == "float64" else "float32"
         assert_close(out, want_out, dtype, f"{name} out")
-        assert_close(lse, want_lse, "float64" if dtype == "float64" else "float32", f"{name} lse")
+        assert_close(lse, want_lse, stat_dtype, f"{name} lse")
+        if tc:
+            out16, lse16, *fused = parts[6:]
+            assert_close(out16, want_out, dtype, f"{name} out (16 rows per warp)")
+            assert_close(lse16, want_lse, stat_dtype, f"{name} lse (16 rows per warp)")
+            for what, got, want in zip(("dq", "dk", "dv"), fused, grads, strict=True):
+                assert_close(got, want, dtype, f"{name} {what} (fused backward)")
         for what, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
             assert_close(got, want, dtype, f"{name} {what}")
         want_dec = ref_attention(q[:, :1], k, v, False, scale)[0]

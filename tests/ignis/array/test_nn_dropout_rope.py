@@ -5,11 +5,18 @@ PyTorch formulation, gradcheck of every rule."""
 from __future__ import annotations
 
 import math
+import struct
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from array_helpers import FLOATS, TOL, np_dtype, random_array
 from ignis_autograd.functional import rope as ag_rope
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+import fake_gpu  # noqa: E402  (the stand-in GPU of tests/ignis/runtime)
+from ignis._array._cuda_backend import indexing as cuda_indexing
 
 import ignis
 import ignis_autograd as ag
@@ -146,6 +153,165 @@ def test_gpu_dropout_equals_cpu_bit_for_bit(rng: np.random.Generator, dtype: str
     np.testing.assert_array_equal(
         back[0].to_host().view(np.uint8), back[1].to_host().view(np.uint8)
     )
+
+
+def bits(a: ignis.NvArray) -> np.ndarray:
+    return a.to_host().view(np.uint8)
+
+
+def misaligned(values: np.ndarray, device: str) -> ignis.NvArray:
+    """``values`` on the device one element past a 16-byte boundary (contiguous, offset view)."""
+    padded = np.concatenate([values.reshape(-1)[:1], values.reshape(-1)])
+    return nv(padded, device)[1:].reshape(values.shape)
+
+
+# Sizes around the kernels' vector steps (16 elements; 32 for the 16-bit types) and Philox
+# blocks (4 elements): tail only, whole steps, whole steps plus every kind of tail.
+STEP_SIZES = [1, 3, 4, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 1000, 4099, 65543]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gpu_dropout_vector_and_scalar_paths_equal_cpu(
+    rng: np.random.Generator, dtype: str
+) -> None:
+    # offset 2**32 - 3: the low counter word wraps inside a vector step (carry into word 1)
+    seed, offset, p = 2**63 + 12345, 2**32 - 3, 0.3
+    for n in STEP_SIZES:
+        x = random_array(rng, (n,), dtype)
+        g = random_array(rng, (n,), dtype)
+        y_ref, m_ref = ignis.nn.dropout(nv(x, "cpu"), p, seed, offset)
+        back_ref = ignis.nn.dropout_backward(nv(g, "cpu"), m_ref, p)
+        assert 0 < int(m_ref.to_host().sum()) < n or n < 16  # both outcomes occur
+        for label, xg in [("aligned", nv(x, "cuda:0")), ("misaligned", misaligned(x, "cuda:0"))]:
+            y, m = ignis.nn.dropout(xg, p, seed, offset)
+            msg = f"{dtype} n={n} {label}"
+            np.testing.assert_array_equal(m.to_host(), m_ref.to_host(), err_msg=msg)
+            np.testing.assert_array_equal(bits(y), bits(y_ref), err_msg=msg)
+        for label, gg, mm in [
+            ("aligned", nv(g, "cuda:0"), nv(m_ref.to_host(), "cuda:0")),
+            ("misaligned grad", misaligned(g, "cuda:0"), nv(m_ref.to_host(), "cuda:0")),
+            ("misaligned mask", nv(g, "cuda:0"), misaligned(m_ref.to_host(), "cuda:0")),
+        ]:
+            back = ignis.nn.dropout_backward(gg, mm, p)
+            np.testing.assert_array_equal(
+                bits(back), bits(back_ref), err_msg=f"{dtype} {n} {label}"
+            )
+
+
+@pytest.mark.gpu
+def test_gpu_dropout_backward_counts_any_nonzero_mask_byte_as_kept(
+    rng: np.random.Generator,
+) -> None:
+    g = random_array(rng, (1000,), "float32")
+    raw = rng.integers(0, 256, size=1000).astype(np.uint8)
+    raw[:3] = [0, 1, 255]
+    u8 = nv(raw, "cuda:0")  # the same bytes seen as bool (NvArray has no public bit view)
+    mask = ignis.NvArray._make(
+        u8._storage, u8._offset, u8._shape, u8._strides, ignis.bool_, u8._device, u8._backend
+    )
+    back = ignis.nn.dropout_backward(nv(g, "cuda:0"), mask, 0.5).to_host()
+    np.testing.assert_array_equal(back, np.where(raw != 0, g * np.float32(2.0), 0))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_dropout_large_matches_the_stream_in_windows(dtype: str) -> None:
+    # Large enough that threads of the capped grid take a second step (grid-stride loop), plus
+    # a tail: windows at the start, around the end of the first pass, and at the end are
+    # compared with the CPU backend, which draws the same words from offset + start / 4.
+    step = cuda_indexing.dropout_step(getattr(ignis, dtype))
+    first_pass = ignis.Device(0).multiprocessor_count * cuda_indexing.BLOCKS_PER_SM * 256 * step
+    n = first_pass + first_pass // 8 + 7  # about 20M float32 / 39M bfloat16 on an H200
+    seed, offset, p = 77, 5, 0.1
+    host_rng = np.random.default_rng(3)
+    x = host_rng.standard_normal(n, dtype=np.float32).astype(np_dtype(dtype))
+    g = host_rng.standard_normal(n, dtype=np.float32).astype(np_dtype(dtype))
+    y, m = ignis.nn.dropout(nv(x, "cuda:0"), p, seed, offset)
+    back = ignis.nn.dropout_backward(nv(g, "cuda:0"), m, p)
+    y_h, m_h, back_h = bits(y), m.to_host(), bits(back)
+    width = 4096
+    size = np.dtype(np_dtype(dtype)).itemsize
+    for start in (0, first_pass - width // 2, (n - width) // 4 * 4):
+        stop = n if start + width + 4 >= n else start + width  # the last window runs to n
+        window = slice(start, stop)
+        y_ref, m_ref = ignis.nn.dropout(nv(x[window], "cpu"), p, seed, offset + start // 4)
+        np.testing.assert_array_equal(m_h[window], m_ref.to_host(), err_msg=f"start {start}")
+        np.testing.assert_array_equal(
+            y_h[start * size : stop * size], bits(y_ref), err_msg=f"start {start}"
+        )
+        b_ref = ignis.nn.dropout_backward(nv(g[window], "cpu"), m_ref, p)
+        np.testing.assert_array_equal(back_h[start * size : stop * size], bits(b_ref))
+    kept = int(m_h.sum())
+    assert abs(kept - n * (1 - p)) < 5 * math.sqrt(n * p * (1 - p))
+
+
+# --- dropout launches, on the stand-in GPU of tests/ignis/runtime/fake_gpu.py -------------------
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    g = fake_gpu.install(monkeypatch)
+    monkeypatch.setattr(cuda_indexing, "library_kernel", fake_gpu._library_kernel)
+    monkeypatch.setattr(cuda_indexing, "_grid_caps", {})
+    yield g
+    fake_gpu.uninstall()
+
+
+def _i64(v: bytes) -> int:
+    return struct.unpack("<q", v)[0]
+
+
+def _dropout_launches(gpu: fake_gpu.FakeGpu) -> list:
+    return [launch for launch in gpu.launches if launch[0].startswith("ignis::nn::dropout")]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "name", "grid"),
+    [
+        # 2**26 elements, 16 (float32) or 32 (bfloat16) per thread step: grids capped at
+        # 132 multiprocessors x 32 blocks, the threads then loop
+        ("float32", (16384, 4096), "float, float, true", 132 * 32),
+        ("bfloat16", (16384, 4096), "ignis::bfloat16, float, true", 132 * 32),
+        ("float64", (1000, 33), "double, double, true", -(-33000 // 16 // 256)),
+        ("float16", (2, 40), "ignis::float16, float, true", 1),  # 2 steps + a tail of 16
+        ("float32", (3,), "float, float, true", 1),  # no whole step: the tail only
+    ],
+)
+def test_fake_gpu_dropout_vector_launches(
+    fake, dtype: str, shape: tuple, name: str, grid: int
+) -> None:
+    x = ignis.empty(shape, dtype=dtype, device="cuda:0")
+    y, mask = ignis.nn.dropout(x, 0.1, seed=1, offset=0)
+    ignis.nn.dropout_backward(x, mask, 0.1)
+    (fwd, bwd) = _dropout_launches(fake)
+    assert fwd[0] == f"ignis::nn::dropout_forward<{name}>"
+    assert bwd[0] == f"ignis::nn::dropout_backward<{name}>"
+    assert fwd[1] == bwd[1] == (grid, 1, 1) and fwd[2] == bwd[2] == (256, 1, 1)
+    ptrs = [struct.unpack("<Q", v)[0] for v in fwd[4][:3]]
+    assert ptrs == [x.data_ptr, y.data_ptr, mask.data_ptr]
+    assert [struct.unpack("<Q", v)[0] for v in bwd[4][:2]] == [x.data_ptr, mask.data_ptr]
+    assert _i64(fwd[4][3]) == _i64(bwd[4][3]) == x.numel
+
+
+def test_fake_gpu_dropout_scalar_path_when_misaligned(fake) -> None:
+    base = ignis.empty((100_001,), dtype="float32", device="cuda:0")
+    x = base[1:]  # contiguous, 4 bytes past a 16-byte boundary
+    y, mask = ignis.nn.dropout(x, 0.5, seed=3, offset=0)
+    ((name, grid, _, _, args),) = _dropout_launches(fake)
+    assert name == "ignis::nn::dropout_forward<float, float, false>"
+    assert grid == (-(-25_000 // 256), 1, 1)  # one Philox block (4 elements) per thread
+    assert struct.unpack("<Q", args[0])[0] == x.data_ptr
+    fake.launches.clear()
+    g = ignis.empty((100_000,), dtype="bfloat16", device="cuda:0")
+    ignis.nn.dropout_backward(g, ignis.empty((100_001,), dtype="bool", device="cuda:0")[1:], 0.5)
+    ((name, grid, _, _, _),) = _dropout_launches(fake)
+    assert name == "ignis::nn::dropout_backward<ignis::bfloat16, float, false>"
+    assert grid == (-(-100_000 // 256), 1, 1)  # one element per thread
+    fake.launches.clear()
+    ignis.nn.dropout_backward(g, ignis.empty((100_000,), dtype="bool", device="cuda:0"), 0.5)
+    ((name, grid, _, _, _),) = _dropout_launches(fake)
+    assert name.endswith("float, true>") and grid == (-(-100_000 // 32 // 256), 1, 1)
 
 
 # --- rope --------------------------------------------------------------------------------------

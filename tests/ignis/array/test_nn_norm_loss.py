@@ -774,7 +774,7 @@ class Emulator:
         T, P = _NP[t], _NP[p]
         vec, items, warp, rms = int(vec), int(items), warp == "true", rms == "true"
         x, w, b, y, mean, rstd, rows, n, eps = args
-        self._row_contract(vec, items, warp, block, grid, rows, n, [x, y])
+        self._row_contract(vec, items, warp, block, grid, rows, n, [x, y, w, b])
         W = np.dtype(np.float64) if T == np.float64 else np.dtype(np.float32)
         xv = mem(x, T, rows * n).reshape(rows, n).astype(W)
         if items:
@@ -805,7 +805,7 @@ class Emulator:
         T, G, P = _NP[t], _NP[g_t], _NP[p]
         vec, items, warp, rms = int(vec), int(items), warp == "true", rms == "true"
         g, x, w, mean, rstd, gx, rows, n = args
-        self._row_contract(vec, items, warp, block, grid, rows, n, [g, x, gx])
+        self._row_contract(vec, items, warp, block, grid, rows, n, [g, x, gx, w])
         W = np.dtype(np.float64) if T == np.float64 else np.dtype(np.float32)
         xv = mem(x, T, rows * n).reshape(rows, n).astype(W)
         gv = mem(g, G, rows * n).reshape(rows, n).astype(W)
@@ -818,12 +818,16 @@ class Emulator:
         mem(gx, G, rows * n)[:] = (r * inner).reshape(-1).astype(G)
 
     def norm_param_partials(self, targs, grid, block, args):
-        t, g_t, rms = targs
-        T, G, rms = _NP[t], _NP[g_t], rms == "true"
+        t, g_t, vec, rms = targs
+        T, G, vec, rms = _NP[t], _NP[g_t], int(vec), rms == "true"
         g, x, mean, rstd, pw, pb, rows, n, per_split = args
-        assert block == (32, norm_loss.PARAM_BLOCK_Y)
+        assert block == (32, norm_loss.PARAM_BLOCK_Y) and norm_loss.PARAM_BLOCK_Y <= 8
+        if vec > 1:  # 16-byte loads of the data type: aligned rows of whole packs
+            assert vec * T.itemsize == 16 and n % vec == 0 and g % 16 == 0 and x % 16 == 0
         splits = grid[1]
-        assert grid[0] == -(-n // 32) and (splits - 1) * per_split < rows <= splits * per_split
+        assert (
+            grid[0] == -(-n // (32 * vec)) and (splits - 1) * per_split < rows <= splits * per_split
+        )
         W = np.dtype(np.float64) if T == np.float64 else np.dtype(np.float32)
         xv = mem(x, T, rows * n).reshape(rows, n).astype(W)
         gv = mem(g, G, rows * n).reshape(rows, n).astype(W)
@@ -933,7 +937,7 @@ def emu(monkeypatch):
 def small_thresholds(monkeypatch):
     # Reach warp rows, block rows, the re-reading kernels and row splits on small inputs.
     monkeypatch.setattr(norm_loss, "WARP_MAX_N", 64)
-    monkeypatch.setattr(norm_loss, "BLOCK_THREADS", 64)
+    monkeypatch.setattr(norm_loss, "BLOCK_MIN_THREADS", 64)
     monkeypatch.setattr(norm_loss, "BLOCK_BYTES", 16)
     monkeypatch.setattr(norm_loss, "PARAM_TARGET_BLOCKS", 16)
     monkeypatch.setattr(norm_loss, "PARAM_MIN_ROWS", 2)
@@ -1063,6 +1067,60 @@ def test_planned_kernels_match_the_cpu_backend(emu, small_thresholds, dtype):
                 )
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_planned_norms_with_a_misaligned_weight(emu, dtype, rng):
+    # The weight and bias are read in packs like the rows: a view one element into a bigger
+    # buffer (not 16-byte aligned) must take single loads, and give the same results.
+    x = random_array(rng, (5, 64), dtype)
+    g = random_array(rng, (5, 64), dtype)
+    w, b = random_array(rng, (65,), dtype), random_array(rng, (65,), dtype)
+
+    def run():
+        wd, bd = arr(w, "cpu")[1:], arr(b, "cpu")[1:]
+        xd = arr(x, "cpu")
+        y, mean, rstd = nn.layer_norm(xd, wd, bd)
+        gx, gw, gb = nn.layer_norm_backward(arr(g, "cpu"), xd, mean, rstd, wd)
+        yr, rr = nn.rms_norm(xd, wd)
+        gxr, gwr = nn.rms_norm_backward(arr(g, "cpu"), xd, rr, wd)
+        return [a.to_host() for a in (y, mean, rstd, gx, gw, gb, yr, rr, gxr, gwr)]
+
+    want = run()
+    with planned_cpu():
+        got = run()
+    rows = {split_name(n)[0]: split_name(n)[1] for _, n in emu.names}
+    assert rows["norm_fwd"][2] == "1" and rows["norm_bwd"][3] == "1", rows
+    assert int(rows["norm_param_partials"][2]) > 1  # the column sums do not read the weight
+    for k, (a, b_) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(f64(a), f64(b_), err_msg=f"result {k}", **tol(dtype, 8))
+
+
+@pytest.mark.parametrize("tuned", [True, False])
+def test_planned_bfloat16_rows_of_4096_and_the_switches(emu, monkeypatch, tuned, rng):
+    # Tuned: 4 packs of 8 per thread forward, 2 backward, 16-byte lanes in the column sums;
+    # the switches restore the first plan (2 and 1 packs, one element per lane). Same results.
+    monkeypatch.setattr(norm_loss, "BLOCK_BYTES_OF_DATA", tuned)
+    monkeypatch.setattr(norm_loss, "PARAM_VECTOR_LOADS", tuned)
+    x = random_array(rng, (3, 4096), "bfloat16")
+    g = random_array(rng, (3, 4096), "bfloat16")
+    w, b = random_array(rng, (4096,), "bfloat16"), random_array(rng, (4096,), "bfloat16")
+
+    def run():
+        xd, wd = arr(x, "cpu"), arr(w, "cpu")
+        y, mean, rstd = nn.layer_norm(xd, wd, arr(b, "cpu"))
+        gx, gw, gb = nn.layer_norm_backward(arr(g, "cpu"), xd, mean, rstd, wd)
+        return [a.to_host() for a in (y, mean, rstd, gx, gw, gb)]
+
+    want = run()
+    with planned_cpu():
+        got = run()
+    plan = {split_name(n)[0]: split_name(n)[1] for _, n in emu.names}
+    assert plan["norm_fwd"][2:4] == (["8", "4"] if tuned else ["8", "2"]), plan
+    assert plan["norm_bwd"][3:5] == (["8", "2"] if tuned else ["8", "1"]), plan
+    assert plan["norm_param_partials"][2] == ("8" if tuned else "1"), plan
+    for k, (a, b_) in enumerate(zip(got, want, strict=True)):
+        np.testing.assert_allclose(f64(a), f64(b_), err_msg=f"result {k}", **tol("bfloat16", 8))
+
+
 def _planned_names(rng) -> list[tuple[str, str]]:
     em = Emulator()
     with pytest.MonkeyPatch.context() as mp, planned_cpu():
@@ -1133,21 +1191,40 @@ def test_every_planned_kernel_compiles_for_sm90(rng):
 
 def test_row_config():
     assert norm_loss.row_config(4096, 4, 4, 1) == (False, 4, 256)
-    assert norm_loss.row_config(4096, 8, 4, 1) == (False, 2, 256)  # bfloat16: 16-byte packs of 8
+    # bfloat16: 16-byte packs of 8; the cache limit counts bytes of the data type, so a thread
+    # takes twice the packs of a float32 row (64 bytes in flight) and the row half the threads
+    assert norm_loss.row_config(4096, 8, 4, 1, itemsize=2) == (False, 4, 128)
+    assert norm_loss.row_config(4096, 8, 4, 2, itemsize=2) == (False, 2, 256)  # two arrays
+    assert norm_loss.row_config(4096, 8, 4, 1) == (False, 2, 256)  # sized in the compute type
+    assert norm_loss.row_config(4096, 4, 4, 2) == (False, 2, 512)  # float32 backward
+    assert norm_loss.row_config(2048, 4, 4, 1) == (False, 4, 128)  # more packs, fewer threads
+    # single loads: the cache is sized in the compute type whatever the data type
+    assert norm_loss.row_config(1500, 1, 4, 1, itemsize=2) == (False, 16, 128)
     assert norm_loss.row_config(768, 4, 4, 1) == (True, 8, 128)  # a warp per row
-    assert norm_loss.row_config(1024, 4, 4, 2) == (
-        False,
-        1,
-        256,
-    )  # two cached arrays: too big for a warp
+    # two cached arrays: too big for a warp
+    assert norm_loss.row_config(1024, 4, 4, 2) == (False, 2, 128)
     assert norm_loss.row_config(8192, 4, 4, 2) == (False, 2, 1024)
     assert norm_loss.row_config(50000, 4, 4, 1) == (False, 0, 1024)  # re-read per pass
     for n in (1, 31, 33, 1000, 1030, 4096, 5003, 16384, 16385, 100000):
-        for vec, w, arrays in ((1, 4, 1), (4, 4, 1), (8, 4, 2), (2, 8, 2), (1, 8, 1)):
-            warp, items, threads = norm_loss.row_config(n, vec, w, arrays)
+        for vec, w, arrays, size in (
+            (1, 4, 1, 4),
+            (4, 4, 1, 4),
+            (8, 4, 2, 2),
+            (8, 4, 1, 2),
+            (1, 4, 2, 2),
+            (2, 8, 2, 8),
+            (1, 8, 1, 8),
+        ):
+            warp, items, threads = norm_loss.row_config(n, vec, w, arrays, size)
             lanes = 32 if warp else threads
             assert items == 0 or n <= lanes * vec * items, (n, vec, w, arrays)
             assert threads % 32 == 0 and threads <= 1024
+            if not warp:  # cached values stay within the register budget
+                data = size if vec > 1 else w
+                assert items * vec * data * arrays <= max(
+                    norm_loss.BLOCK_BYTES, vec * data * arrays
+                )
+                assert items * vec * w * arrays <= 128
 
 
 # ==================================================================================================
@@ -1242,3 +1319,42 @@ def test_gpu_no_host_synchronization_in_cross_entropy(rng):
     want, want_grad = ref_cross_entropy(z.to_host(), t.to_host(), -100, 0.1, "mean")
     np.testing.assert_allclose(loss.to_host(), want, rtol=2e-5)
     np.testing.assert_allclose(grad.to_host(), want_grad, rtol=2e-4, atol=1e-7)
+
+
+@needs_torch
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("n", [2048, 4096, 4104, 777, 12288])
+def test_gpu_norms_many_rows_against_float64(dtype, n, rng):
+    # 16-bit rows of 2048..12288 take the 16-byte-pack block configurations (4 packs per thread
+    # forward, 2 per array backward); 700 rows split the weight/bias column sums (16-byte loads
+    # per lane when n allows: 777 does not); float32 grad_y with 16-bit x mixes load widths.
+    rows = 700
+    x = random_array(rng, (rows, n), dtype) + np.asarray(0.25, np_dtype(dtype))
+    w, b = random_array(rng, (n,), dtype), random_array(rng, (n,), dtype)
+    xd, wd, bd = arr(x, GPU), arr(w, GPU), arr(b, GPU)
+    grads = [random_array(rng, (rows, n), dtype)]
+    if dtype != "float32":
+        grads.append(rng.standard_normal((rows, n)).astype(np.float32))
+    sums = tol("float32", 4 * math.sqrt(rows))
+    y, mean, rstd = nn.layer_norm(xd, wd, bd)
+    ry, rmu, rr = ref_layer_norm(x, w, b, 1e-5)
+    np.testing.assert_allclose(f64(y), ry, **tol(dtype, 4))
+    np.testing.assert_allclose(f64(rstd), rr, rtol=3e-4)
+    for g in grads:
+        runs = [nn.layer_norm_backward(arr(g, GPU), xd, mean, rstd, wd) for _ in range(2)]
+        gx, gw, gb = runs[0]
+        rgx, rgw, rgb = ref_layer_norm_backward(g, x, w, 1e-5)
+        assert gx.dtype.name == ("float32" if g.dtype == np.float32 else dtype)
+        np.testing.assert_allclose(f64(gx), rgx, **tol(dtype, 8))
+        np.testing.assert_allclose(f64(gw), rgw, **sums)
+        np.testing.assert_allclose(f64(gb), rgb, **sums)
+        np.testing.assert_array_equal(runs[1][1].to_host(), gw.to_host())  # deterministic
+        np.testing.assert_array_equal(runs[1][2].to_host(), gb.to_host())
+    yr, rrstd = nn.rms_norm(xd, wd, eps=1e-6)
+    np.testing.assert_allclose(f64(yr), ref_rms_norm(x, w, 1e-6)[0], **tol(dtype, 4))
+    for g in grads:
+        gx, gw = nn.rms_norm_backward(arr(g, GPU), xd, rrstd, wd)
+        rgx, rgw, _ = ref_layer_norm_backward(g, x, w, 1e-6, rms=True)
+        np.testing.assert_allclose(f64(gx), rgx, **tol(dtype, 8))
+        np.testing.assert_allclose(f64(gw), rgw, **sums)

@@ -2,11 +2,16 @@
 
 Inputs arrive contiguous from the front end (:mod:`ignis._array._nn_attention`). float16 and
 bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each is instantiated
-for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The backward pass is
-three launches: ``D = rowsum(dO * O)``, then dK/dV per key block and dQ per query block (two
-passes instead of atomics, so results are deterministic). The tensor-core kernels copy the next
-tiles with ``cp.async`` into a second shared-memory buffer while they compute on the first.
-Decode attention splits the cache
+for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The tensor-core forward
+gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing every K and V
+fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. The
+backward pass starts with ``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the
+tensor-core backward is then one pass over key blocks that writes dK and dV and adds dQ into a
+zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
+and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
+atomics. Without it, and for float32 / float64, dK/dV per key block and dQ per query block are
+two passes (deterministic). The tensor-core kernels copy the next tiles with ``cp.async`` into a
+second shared-memory buffer while they compute on the first. Decode attention splits the cache
 over enough blocks to fill the GPU and merges the partial softmax states in a second launch.
 """
 
@@ -21,7 +26,15 @@ from .reduction import _temp
 if TYPE_CHECKING:
     from ..array import NvArray
 
-__all__ = ["forward", "backward", "decode", "kernel_names", "HEAD_DIMS"]
+__all__ = [
+    "forward",
+    "backward",
+    "decode",
+    "kernel_names",
+    "HEAD_DIMS",
+    "FWD_ROWS_PER_WARP",
+    "BWD_FUSED_DQ",
+]
 
 SOURCE = "attention.cu"
 HEAD_DIMS = (32, 64, 96, 128)
@@ -33,7 +46,13 @@ _TC = ("float16", "bfloat16")
 
 # Tile shapes of the kernels (must match attention.cu).
 _TC_THREADS, _SIMT_THREADS, _SIMT_B = 128, 256, 32
-_FWD_BM, _FWD_BN = 64, 64
+_FWD_BN = 64
+#: Queries per warp of the tensor-core forward: 32 runs ``flash_fwd_tc_m32`` (128 per block),
+#: 16 the fallback ``flash_fwd_tc`` (64 per block). Either gives the same results up to rounding.
+FWD_ROWS_PER_WARP = 32
+#: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
+#: deterministic dK/dV + dQ passes.
+BWD_FUSED_DQ = True
 _DKDV_BN, _DKDV_BM = 64, 32
 _DQ_BM, _DQ_BN = 64, 32
 _DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
@@ -48,12 +67,25 @@ def padded_head_dim(e: int) -> int:
 
 
 def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
-    """Name expressions of the kernels one (dtype, head dim, causal) case uses."""
+    """Name expressions of the kernels one (dtype, head dim, causal) case uses.
+
+    float16 / bfloat16 also get ``"fwd_alt"``: the tensor-core forward that
+    :data:`FWD_ROWS_PER_WARP` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
+    backward (see :data:`BWD_FUSED_DQ`).
+    """
     t, d, c = _CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
     kind = "tc" if dtype in _TC else "simt"
     acc = "double" if dtype == "float64" else "float"
+    fwd = f"ignis::attn::flash_fwd_{kind}<{t}, {d}, {c}>"
+    extra = {}
+    if kind == "tc":
+        wide = f"ignis::attn::flash_fwd_tc_m32<{t}, {d}, {c}>"
+        fwd, extra["fwd_alt"] = (wide, fwd) if FWD_ROWS_PER_WARP == 32 else (fwd, wide)
+        extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}>"
+        extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
     return {
-        "fwd": f"ignis::attn::flash_fwd_{kind}<{t}, {d}, {c}>",
+        "fwd": fwd,
+        **extra,
         "dkdv": f"ignis::attn::flash_bwd_dkdv_{kind}<{t}, {d}, {c}>",
         "dq": f"ignis::attn::flash_bwd_dq_{kind}<{t}, {d}, {c}>",
         "rowdot": f"ignis::attn::attn_row_dot<{t}, {acc}>",
@@ -102,7 +134,9 @@ def forward(
     ptr = backend.data_ptr
     for bh0, count in _bh_chunks(bh):
         if q.dtype.name in _TC:
-            smem = 4 * _FWD_BN * (d + 8) * 2  # K and V tiles, two buffers each
+            bm = 4 * FWD_ROWS_PER_WARP  # 4 warps
+            # K and V tiles, two buffers each; the 32-row kernel also stages the Q tile
+            smem = (4 * _FWD_BN + (bm if bm == 128 else 0)) * (d + 8) * 2
             args = [
                 ptr(q),
                 ptr(k),
@@ -113,10 +147,10 @@ def forward(
                 n_k,
                 e,
                 scale * LOG2E,
-                _vec(e, k, v),
+                _vec(e, q, k, v),
                 bh0,
             ]
-            _launch(backend, names["fwd"], (_ceil(n_q, _FWD_BM), count), _TC_THREADS, args, smem)
+            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
         else:
             smem = _SIMT_B * (3 * d + 1) * q.dtype.itemsize
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0]
@@ -153,6 +187,9 @@ def backward(
         [ptr(grad_out), ptr(out), ptr(dvec), rows, e],
     )
     tc = q.dtype.name in _TC
+    if tc and BWD_FUSED_DQ:
+        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale)
+        return
     for bh0, count in _bh_chunks(bh):
         if tc:
             vec = _vec(e, q, k, v, grad_out)
@@ -227,6 +264,61 @@ def backward(
                 bh0,
             ]
             _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+
+
+def _backward_fused(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    dvec: NvArray,
+    lse: NvArray,
+    names: dict[str, str],
+    scale: float,
+) -> None:
+    """dK, dV and float32 dQ sums in one pass over key blocks, then dQ scaled and rounded."""
+    b, h, n_q, e = q.shape
+    n_k = k.shape[2]
+    bh, d = b * h, padded_head_dim(e)
+    ptr = backend.data_ptr
+    n = bh * n_q * e
+    dq_acc = _temp(backend, (n,), dt.float32)
+    backend.fill(dq_acc, 0.0)
+    vec = _vec(e, q, k, v, grad_out)
+    # K and V tiles; Q and dO tiles and lse and D rows, two buffers each; the dS tile
+    smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + _DKDV_BM * (_DKDV_BN + 8) * 2
+    smem += 4 * _DKDV_BM * 4
+    for bh0, count in _bh_chunks(bh):
+        args = [
+            ptr(q),
+            ptr(k),
+            ptr(v),
+            ptr(grad_out),
+            ptr(lse),
+            ptr(dvec),
+            ptr(dk),
+            ptr(dv),
+            ptr(dq_acc),
+            n_q,
+            n_k,
+            e,
+            scale,
+            scale * LOG2E,
+            vec,
+            bh0,
+        ]
+        _launch(backend, names["bwd_fused"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
+    _launch(
+        backend,
+        names["dq_finish"],
+        min(_ceil(n, 256), 1 << 16),
+        256,
+        [ptr(dq_acc), ptr(dq), n, scale],
+    )
 
 
 def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:

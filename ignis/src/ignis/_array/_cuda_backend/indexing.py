@@ -6,7 +6,9 @@ so every kernel works on rows: ``take`` and ``index_add`` on rows of ``inner`` e
 on rows of ``d`` elements. Row kernels run blocks of ``(bx, by)`` threads: ``by`` rows at a time,
 ``bx`` threads along a row (a power of two covering the row, so short rows do not leave most of
 a warp idle). ``take`` moves up to 16 bytes per access when the row length and the addresses
-allow. Nothing here synchronizes the host.
+allow, and a thread keeps up to ``TAKE_ROWS_IN_FLIGHT`` rows' loads in flight when there are
+enough rows to fill the GPU. Dropout moves 16-byte vectors (data and mask) when every operand is
+16-byte aligned, else takes the kernels' scalar path. Nothing here synchronizes the host.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ if TYPE_CHECKING:
 
 __all__ = ["take", "index_add", "dropout", "dropout_backward", "rope", "kernel_names"]
 
-THREADS = 256  # threads per block
+THREADS = 256  # threads per block (dropout.cu's dropout_threads: its launch bound)
+TAKE_ROWS_IN_FLIGHT = 4  # rows a take thread loads at once, when the grid stays large
+TAKE_MIN_BLOCKS_PER_SM = 4  # ... that is, at least this many blocks per multiprocessor
 BLOCKS_PER_SM = 32  # grid cap: kernels loop over further rows
 
 INDEX_TYPES = (dt.int32, dt.int64)
@@ -39,8 +43,8 @@ def _work(dtype: dt.DType) -> str:
     return "double" if dtype is dt.float64 else "float"
 
 
-def take_name(dtype: dt.DType, index: dt.DType, vec: int) -> str:
-    return f"ignis::idx::take_rows<{CTYPE[dtype]}, {CTYPE[index]}, {vec}>"
+def take_name(dtype: dt.DType, index: dt.DType, vec: int, rows_in_flight: int = 1) -> str:
+    return f"ignis::idx::take_rows<{CTYPE[dtype]}, {CTYPE[index]}, {vec}, {rows_in_flight}>"
 
 
 def index_add_name(dtype: dt.DType, index: dt.DType, deterministic: bool) -> str:
@@ -48,9 +52,14 @@ def index_add_name(dtype: dt.DType, index: dt.DType, deterministic: bool) -> str
     return f"ignis::idx::{kind}<{CTYPE[dtype]}, {CTYPE[index]}>"
 
 
-def dropout_name(dtype: dt.DType, backward: bool) -> str:
+def dropout_name(dtype: dt.DType, backward: bool, vec: bool = True) -> str:
     kind = "dropout_backward" if backward else "dropout_forward"
-    return f"ignis::nn::{kind}<{CTYPE[dtype]}, {_work(dtype)}>"
+    return f"ignis::nn::{kind}<{CTYPE[dtype]}, {_work(dtype)}, {'true' if vec else 'false'}>"
+
+
+def dropout_step(dtype: dt.DType) -> int:
+    """Elements a dropout thread moves per vector step (dropout.cu's ``Step<T>::elems``)."""
+    return 32 if dtype.itemsize == 2 else 16
 
 
 def rope_name(dtype: dt.DType, pos: dt.DType | None, interleaved: bool) -> str:
@@ -67,7 +76,11 @@ def kernel_names() -> dict[str, list[str]]:
     """Every name expression this module can launch, by source file."""
     return {
         "indexing.cu": [
-            take_name(d, i, v) for d in CTYPE for i in INDEX_TYPES for v in _vectors(d.itemsize)
+            take_name(d, i, v, u)
+            for d in CTYPE
+            for i in INDEX_TYPES
+            for v in _vectors(d.itemsize)
+            for u in (1, TAKE_ROWS_IN_FLIGHT)
         ]
         + [
             index_add_name(d, i, det)
@@ -75,7 +88,9 @@ def kernel_names() -> dict[str, list[str]]:
             for i in INDEX_TYPES
             for det in (False, True)
         ],
-        "dropout.cu": [dropout_name(d, b) for d in FLOAT_TYPES for b in (False, True)],
+        "dropout.cu": [
+            dropout_name(d, b, v) for d in FLOAT_TYPES for b in (False, True) for v in (False, True)
+        ],
         "rope.cu": [
             rope_name(d, p, il)
             for d in FLOAT_TYPES
@@ -118,6 +133,21 @@ def _row_block(row_items: int) -> tuple[int, int]:
     return bx, max(1, THREADS // bx)
 
 
+def _sm_count(backend: Any) -> int:
+    return _cap(backend) // BLOCKS_PER_SM
+
+
+def _rows_in_flight(backend: Any, rows: int, by: int) -> int:
+    """Rows per take thread: TAKE_ROWS_IN_FLIGHT unless the grid would then leave
+    multiprocessors short of blocks (few rows: more blocks beat more loads per thread)."""
+    blocks = -(-rows // (by * TAKE_ROWS_IN_FLIGHT))
+    return TAKE_ROWS_IN_FLIGHT if blocks >= TAKE_MIN_BLOCKS_PER_SM * _sm_count(backend) else 1
+
+
+def _aligned16(*ptrs: int) -> bool:
+    return all(p % 16 == 0 for p in ptrs)
+
+
 def _widest_vector(itemsize: int, inner: int, ptrs: tuple[int, ...]) -> int:
     for v in _vectors(itemsize):
         nbytes = v * itemsize
@@ -136,12 +166,13 @@ def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
     vec = _widest_vector(a.dtype.itemsize, inner, (pa, po))
     bx, by = _row_block(inner // vec)
     rows = outer * m
-    name = take_name(a.dtype, indices.dtype, vec)
+    u = _rows_in_flight(backend, rows, by)
+    name = take_name(a.dtype, indices.dtype, vec, u)
     _launch(
         backend,
         "indexing.cu",
         name,
-        -(-rows // by),
+        -(-rows // (by * u)),
         (bx, by),
         [pa, pi, po, rows, m, n, inner // vec],
     )
@@ -188,15 +219,18 @@ def dropout(
     offset: int,
 ) -> None:
     n = x.numel
-    blocks = -(-n // 4)  # Philox blocks: four elements each
+    px, py, pm = _ptr(x), _ptr(y), _ptr(mask)
+    vec = _aligned16(px, py, pm)
+    # threads: one per vector step (the few tail blocks need no more), or one per Philox block
+    threads = n // dropout_step(x.dtype) if vec else -(-n // 4)
     k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
     _launch(
         backend,
         "dropout.cu",
-        dropout_name(x.dtype, False),
-        -(-blocks // THREADS),
+        dropout_name(x.dtype, False, vec),
+        -(-threads // THREADS),
         THREADS,
-        [_ptr(x), _ptr(y), _ptr(mask), n, k0, k1, offset & 0xFFFFFFFFFFFFFFFF, threshold, scale],
+        [px, py, pm, n, k0, k1, offset & 0xFFFFFFFFFFFFFFFF, threshold, scale],
     )
 
 
@@ -204,13 +238,16 @@ def dropout_backward(
     backend: Any, out: NvArray, grad: NvArray, mask: NvArray, scale: float
 ) -> None:
     n = grad.numel
+    pg, pm, po = _ptr(grad), _ptr(mask), _ptr(out)
+    vec = _aligned16(pg, pm, po)
+    threads = n // dropout_step(grad.dtype) if vec else n
     _launch(
         backend,
         "dropout.cu",
-        dropout_name(grad.dtype, True),
-        -(-n // THREADS),
+        dropout_name(grad.dtype, True, vec),
+        -(-threads // THREADS),
         THREADS,
-        [_ptr(grad), _ptr(mask), _ptr(out), n, scale],
+        [pg, pm, po, n, scale],
     )
 
 

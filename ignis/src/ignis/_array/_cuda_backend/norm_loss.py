@@ -7,9 +7,14 @@ Row kernels (norm_fwd, norm_bwd, softmax_bwd) give a row to a warp when it is sh
 :data:`WARP_MAX_N` elements and it fits the lanes' registers) and to a block otherwise; the
 row is read from memory once and kept in registers while it fits (``items`` packs of ``vec``
 elements per thread), else it is re-read for each pass. ``vec`` is 16 bytes of the data type
-when every row array is 16-byte aligned and ``n`` is a multiple of it. Weight and bias
-gradients are column sums over the rows: blocks of 32 columns x a split of the rows write
-partial sums and a second kernel adds the splits in order (deterministic, no atomics).
+when every row array is 16-byte aligned and ``n`` is a multiple of it. Block rows give each
+thread as many packs as :data:`BLOCK_BYTES` of data allow while the row still spans
+:data:`BLOCK_MIN_THREADS` threads: a thread's loads are all issued before the row's first
+reduction, so bytes in flight per thread, not threads, keep the memory busy (16-bit rows of
+4096 get 128 threads x 4 packs, like float32 rows get 256 x 4). Weight and bias gradients are
+column sums over the rows: blocks of 32 lanes of ``vec`` columns (16-byte loads) x a split of
+the rows write partial sums and a second kernel adds the splits in order (deterministic, no
+atomics).
 
 Cross-entropy runs a block per row: one pass for the row's log-sum-exp (online maximum and
 sum), the row losses reduced by one single-block kernel in a fixed order (the mean's count of
@@ -42,12 +47,15 @@ __all__ = [
 
 WARP_MAX_N = 1024  # rows up to this long may go to a warp each
 WARP_BYTES = 128  # bytes of cached values (in the compute type) per lane in warp rows
-BLOCK_BYTES = 64  # ... per thread in block rows (more threads, fewer registers each)
-BLOCK_THREADS = 256  # block rows grow past this many threads only when the cache is full
+BLOCK_BYTES = 64  # bytes of row data cached per thread in block rows ...
+BLOCK_BYTES_OF_DATA = True  # ... of the data type (False: of the compute type, as 16-bit rows
+# of the norms were first planned: half the packs per thread, twice the threads)
+BLOCK_MIN_THREADS = 128  # block rows take fewer packs per thread rather than fewer threads
 WARP_ROWS_PER_BLOCK = 4  # warp rows: 128-thread blocks
 PARAM_TARGET_BLOCKS = 1024  # weight/bias gradients: split the rows until about this many blocks
 PARAM_MIN_ROWS = 64  # fewest rows one split takes
-PARAM_BLOCK_Y = 8  # row lanes of a 32-column block
+PARAM_VECTOR_LOADS = True  # weight/bias gradients: 16-byte loads per lane (False: one element)
+PARAM_BLOCK_Y = 8  # row lanes of a 32-lane block (at most 8: the kernel's shared tiles)
 CE_VALUES = 16  # cross-entropy: about this many elements per thread
 CE_MAX_THREADS = 1024
 REDUCE_THREADS = 1024  # the single block of ce_reduce
@@ -73,41 +81,60 @@ def _w_size(dtype: dt.DType) -> int:
     return 8 if dtype == dt.float64 else 4
 
 
+def _data_size(dtype: dt.DType) -> int | None:
+    """What sizes the block-row cache of the norms: the data type's bytes (None: the compute
+    type's; see :data:`BLOCK_BYTES_OF_DATA`)."""
+    return dtype.itemsize if BLOCK_BYTES_OF_DATA else None
+
+
 def _w_ctype(dtype: dt.DType) -> str:
     return "double" if dtype == dt.float64 else "float"
 
 
-def vector_width(itemsize: int, n: int, ptrs: list[int]) -> int:
-    """Elements per pack: 16 bytes of the data when every row array is 16-byte aligned and rows
-    of ``n`` elements keep that alignment, else 1."""
+def vector_width(itemsize: int, n: int, ptrs: list[int | None]) -> int:
+    """Elements per pack: 16 bytes of the data when every array (row arrays, and the weight and
+    bias where present; None is skipped) is 16-byte aligned and rows of ``n`` elements keep that
+    alignment, else 1."""
     vec = 16 // itemsize
-    if n % vec or any(p % 16 for p in ptrs):
+    if n % vec or any(p % 16 for p in ptrs if p is not None):
         return 1
     return vec
 
 
-def row_config(n: int, vec: int, w_size: int, arrays: int) -> tuple[bool, int, int]:
-    """``(warp, items, threads)`` of a row kernel for rows of ``n`` elements read in packs of
-    ``vec``, caching ``arrays`` row arrays in a compute type of ``w_size`` bytes.
+def row_config(
+    n: int, vec: int, w_size: int, arrays: int, itemsize: int | None = None
+) -> tuple[bool, int, int]:
+    """``(warp, items, threads)`` of a row kernel for rows of ``n`` elements of ``itemsize``
+    bytes (default ``w_size``) read in packs of ``vec``, caching ``arrays`` row arrays in a
+    compute type of ``w_size`` bytes.
 
     ``warp``: a warp per row (``threads`` is the block: 128); else a block of ``threads`` per
     row. ``items``: packs per thread kept in registers (0: rows too long, re-read per pass).
+    Block rows: the most packs per thread (up to :data:`BLOCK_BYTES` of data over the arrays;
+    of the compute type when ``vec`` is 1) that leave at least :data:`BLOCK_MIN_THREADS`
+    threads.
 
-    Example: ``row_config(4096, 4, 4, 1) == (False, 4, 256)``.
+    Example: ``row_config(4096, 4, 4, 1) == (False, 4, 256)`` (float32);
+    ``row_config(4096, 8, 4, 1, itemsize=2) == (False, 4, 128)`` (bfloat16).
     """
+    # Single-element loads (vec 1) size the cache in the compute type: many separate values
+    # per thread would leave the registers for local memory.
+    size = itemsize if itemsize is not None and vec > 1 else w_size
     if n <= WARP_MAX_N:
         items = _pow2_at_least(-(-n // (32 * vec)))
         if items * vec * w_size * arrays <= WARP_BYTES:
             return True, items, 32 * WARP_ROWS_PER_BLOCK
-    max_items = max(1, BLOCK_BYTES // (vec * w_size * arrays))
-    items = 1
-    while True:
-        threads = max(64, _pow2_at_least(-(-n // (vec * items))))
-        if threads <= BLOCK_THREADS or (items >= max_items and threads <= 1024):
-            return False, items, threads
-        if items >= max_items:
-            return False, 0, 1024
-        items *= 2
+    items = _pow2_floor(max(1, BLOCK_BYTES // (vec * size * arrays)))
+    while items > 1 and _pow2_at_least(-(-n // (vec * items))) < BLOCK_MIN_THREADS:
+        items //= 2
+    threads = max(64, _pow2_at_least(-(-n // (vec * items))))
+    if threads > 1024:
+        return False, 0, 1024
+    return False, items, threads
+
+
+def _pow2_floor(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 # --- layer norm / RMS norm ------------------------------------------------------------------------
@@ -129,12 +156,13 @@ def _norm_forward(
     param = weight if weight is not None else bias
     p = CTYPE[param.dtype.name] if param is not None else t
     x_ptr, y_ptr = backend.data_ptr(x), backend.data_ptr(y)
-    vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr])
-    cfg = row_config(n, vec, _w_size(x.dtype), 1)
+    w_ptr, b_ptr = _ptr(backend, weight), _ptr(backend, bias)
+    vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr, w_ptr, b_ptr])
+    cfg = row_config(n, vec, _w_size(x.dtype), 1, _data_size(x.dtype))
     args = [
         x_ptr,
-        _ptr(backend, weight),
-        _ptr(backend, bias),
+        w_ptr,
+        b_ptr,
         y_ptr,
         _ptr(backend, mean),
         backend.data_ptr(rstd),
@@ -175,21 +203,22 @@ def _norm_backward(
     mean_ptr, rstd_ptr = _ptr(backend, mean), backend.data_ptr(rstd)
     if grad_x is not None:
         p = CTYPE[weight.dtype.name] if weight is not None else t
-        gx_ptr = backend.data_ptr(grad_x)
-        vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr])
-        cfg = row_config(n, vec, _w_size(x.dtype), 2)
+        gx_ptr, w_ptr = backend.data_ptr(grad_x), _ptr(backend, weight)
+        vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr, w_ptr])
+        cfg = row_config(n, vec, _w_size(x.dtype), 2, _data_size(x.dtype))
         _launch(
             backend,
             "norm.cu",
             f"ignis::norm_bwd<{t}, {g}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
             _grid(rows, cfg),
             cfg[2],
-            [g_ptr, x_ptr, _ptr(backend, weight), mean_ptr, rstd_ptr, gx_ptr, rows, n],
+            [g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, rows, n],
         )
     if grad_weight is None and grad_bias is None:
         return
     w_dtype = dt.float64 if x.dtype == dt.float64 else dt.float32
-    col_tiles = -(-n // 32)
+    pvec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr]) if PARAM_VECTOR_LOADS else 1
+    col_tiles = -(-n // (32 * pvec))
     splits = 1
     if col_tiles < PARAM_TARGET_BLOCKS:
         splits = max(1, min(-(-PARAM_TARGET_BLOCKS // col_tiles), rows // PARAM_MIN_ROWS))
@@ -200,7 +229,7 @@ def _norm_backward(
     _launch(
         backend,
         "norm.cu",
-        f"ignis::norm_param_partials<{t}, {g}, {_BOOL[rms]}>",
+        f"ignis::norm_param_partials<{t}, {g}, {pvec}, {_BOOL[rms]}>",
         (col_tiles, splits),
         (32, PARAM_BLOCK_Y),
         [
@@ -292,6 +321,8 @@ def softmax_backward(backend: Any, grad_x: NvArray, grad_y: NvArray, y: NvArray,
     t, g = CTYPE[y.dtype.name], CTYPE[grad_y.dtype.name]
     ptrs = [backend.data_ptr(grad_y), backend.data_ptr(y), backend.data_ptr(grad_x)]
     vec = vector_width(y.dtype.itemsize, n, ptrs)
+    # Softmax backward keeps sizing the cache in the compute type (fewer packs per thread for
+    # 16-bit rows than the norms): it already runs ahead of PyTorch.
     cfg = row_config(n, vec, _w_size(y.dtype), 2)
     _launch(
         backend,
