@@ -85,7 +85,12 @@ IGNIS_DEV void load_tile16(T* s, const T* g, int r0, int rows, int E, bool vec) 
     for (int c = threadIdx.x; c < R * CH; c += THREADS) {
       const int r = c / CH, col = (c % CH) * 8;
       const bool in = r0 + r < rows && col < E;  // col < E implies col + 8 <= E here
-      tc::cp_async_16(s + r * LD + col, in ? g + (int64)(r0 + r) * E + col : g, in ? 16 : 0);
+      if (in) {
+        tc::cp_async_16(s + r * LD + col, g + (int64)(r0 + r) * E + col, 16);
+      } else {  // zeros with a plain store: a cp.async of nothing still names 16 bytes at g
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s[r * LD + col + e] = T{};
+      }
     }
   } else {
     for (int c = threadIdx.x; c < R * D; c += THREADS) {

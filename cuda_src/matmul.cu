@@ -426,7 +426,7 @@ template <class T, int LA, int LB> struct TcLayout {
 
 // Copies an OUTER x INNER tile, inner elements adjacent in global memory, with cp.async:
 // tile element (o, i) is g[(o0 + o) * ld + i0 + i] and goes to s[o * lds + i]. Elements past
-// (on, in) are zero-filled.
+// (on, in) are zero-filled; only whole in-bounds vectors travel by cp.async.
 template <class T, int OUTER, int INNER, int THREADS>
 IGNIS_GEMM_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o0, int64 i0,
                                     int64 on, int64 in) {
@@ -440,14 +440,18 @@ IGNIS_GEMM_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o
     const int o = chunk / PER_LINE;
     const int i = (chunk % PER_LINE) * VEC;
     const int64 go = o0 + o, gi = i0 + i;
-    const T* src = g;  // any valid, aligned address when nothing is read
-    int bytes = 0;
-    if (go < on && gi < in) {
-      const int64 left = in - gi;
-      bytes = (left >= VEC ? VEC : (int)left) * (int)sizeof(T);
-      src = g + go * ld + gi;
+    T* dst = s + o * lds + i;
+    if (go < on && gi + VEC <= in) {
+      cp_async_16(dst, g + go * ld + gi, 16);
+    } else if (go < on && gi < in) {
+      // A partial vector at the operand's edge: element copies, so that no access reaches past
+      // the operand (a 16-byte cp.async with a smaller source size still names 16 bytes).
+      const int left = (int)(in - gi);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) dst[e] = e < left ? g[go * ld + gi + e] : T{};
+    } else {
+      *reinterpret_cast<Vec16*>(dst) = Vec16{};  // outside the operand: zeros, nothing read
     }
-    cp_async_16(s + o * lds + i, src, bytes);
   }
 }
 
