@@ -180,4 +180,9 @@ def test_log_parser_reads_racecheck_summaries():
         """)
     )
     assert parsed["errors"] == 2 and parsed["hazards"] == 2
+    # What racecheck prints on a clean run: its own summary line only.
+    clean = ns["parse_log"]("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    assert clean["errors"] == 0 and clean["hazards"] == 0
+    found = ns["parse_log"]("========= RACECHECK SUMMARY: 3 hazards displayed (1 errors, 2 warnings)\n")
+    assert found["errors"] == 1 and found["hazards"] == 3
     assert ns["parse_log"]("python crashed")["errors"] is None
