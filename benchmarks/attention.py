@@ -8,7 +8,15 @@ Times are medians of CUDA-event-timed rounds after a warm-up (helpers of reducti
 ``vs torch`` is ignis's TFLOP/s over PyTorch's. The last column is the largest absolute
 difference between the two forward outputs.
 
-Run on a GPU machine: ``python benchmarks/attention.py``. Prints a Markdown table.
+A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
+PyTorch's float32 SDPA (memory-efficient attention) for a GPT step (64x6x256x64 causal) and two
+longer cases, once with the register-tiled kernels and once with the first ones
+(``SIMT_TILED``); backward times are ``attention_backward`` alone for ignis and fwd+bwd minus
+fwd for PyTorch.
+
+Run on a GPU machine: ``python benchmarks/attention.py``. Prints Markdown tables.
+``python benchmarks/attention.py --sweep`` instead times the float32 tiled kernels with other
+tile shapes (``SIMT_TILES``) on two cases, to pick the table's entries.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import sys
 
 import ignis.nn
 import numpy as np
+from ignis._array._cuda_backend import attention as cuda_attention
 from reduction import time_ignis, time_torch
 
 import ignis
@@ -77,12 +86,137 @@ def bench_row(torch, seq: int, e: int, causal: bool) -> str:
     )
 
 
+#: float32 cases: (B, H, L, E, causal)
+F32_CASES = [
+    (64, 6, 256, 64, True),
+    (16, 32, 1024, 64, True),
+    (16, 32, 1024, 64, False),
+    (4, 16, 2048, 128, True),
+    (4, 16, 2048, 128, False),
+]
+
+
+def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> list[str]:
+    shape = (b, h, seq, e)
+    gen = torch.Generator(device="cuda").manual_seed(seq + e + 1)
+    tq, tk, tv, tg = (
+        torch.randn(shape, device="cuda", dtype=torch.float32, generator=gen) for _ in range(4)
+    )
+    q, k, v, g = (ignis.from_dlpack(t) for t in (tq, tk, tv, tg))
+    torch.cuda.synchronize()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    xq, xk, xv = (t.detach().clone().requires_grad_() for t in (tq, tk, tv))
+
+    def torch_fwd():
+        with torch.no_grad():
+            return sdpa(tq, tk, tv, is_causal=causal)
+
+    def torch_fwd_bwd():
+        out = sdpa(xq, xk, xv, is_causal=causal)
+        out.backward(tg)
+
+    t_tf, t_tfb = time_torch(torch_fwd), time_torch(torch_fwd_bwd)
+    t_tb = max(t_tfb - t_tf, 1e-9)
+    theirs = torch_fwd().cpu().numpy()
+    flops = 4.0 * b * h * seq * seq * e * (0.5 if causal else 1.0)
+    tflops = lambda f, ms: f / (ms * 1e-3) / 1e12  # noqa: E731
+    rows = []
+    saved = cuda_attention.SIMT_TILED
+    try:
+        for tiled in (True, False):
+            cuda_attention.SIMT_TILED = tiled
+            out, lse = ignis.nn.attention(q, k, v, causal=causal)
+
+            def ours_fwd():
+                return ignis.nn.attention(q, k, v, causal=causal)
+
+            def ours_bwd(out=out, lse=lse):
+                return ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+
+            t_of, t_ob = time_ignis(ours_fwd), time_ignis(ours_bwd)
+            ours = np.asarray(ours_fwd()[0].to_host(), np.float32)
+            diff = float(np.max(np.abs(ours - theirs)))
+            rows.append(
+                f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | "
+                f"{'tiled' if tiled else 'first'} | {t_of * 1e3:.0f} | {t_tf * 1e3:.0f} | "
+                f"{t_tf / t_of:.2f} | {t_ob * 1e3:.0f} | {t_tb * 1e3:.0f} | {t_tb / t_ob:.2f} | "
+                f"{tflops(flops, t_of):.1f} | {tflops(2.5 * flops, t_ob):.1f} | {diff:.2e} |"
+            )
+    finally:
+        cuda_attention.SIMT_TILED = saved
+    return rows
+
+
+#: Candidate float32 tiles per head dim and kernel: (rows per block, rows per streamed tile,
+#: stages, launch-bounds minimum blocks); the first of each list is the default.
+SWEEP = {
+    64: {
+        "fwd": [(64, 64, 2, 2), (64, 64, 1, 2), (64, 32, 2, 2), (32, 64, 2, 2), (128, 32, 1, 2)],
+        "dkdv": [(64, 32, 2, 2), (64, 64, 1, 2), (32, 64, 2, 2), (64, 16, 2, 2), (64, 64, 2, 1)],
+        "dq": [(64, 32, 2, 2), (64, 64, 1, 2), (32, 64, 2, 2), (64, 64, 2, 1)],
+    },
+    128: {
+        "fwd": [(64, 32, 2, 2), (64, 32, 1, 2), (32, 32, 2, 2), (64, 64, 1, 1)],
+        "dkdv": [(64, 32, 1, 1), (32, 32, 2, 2), (64, 16, 2, 1), (32, 64, 1, 2)],
+        "dq": [(64, 32, 1, 2), (32, 32, 2, 2), (64, 16, 2, 2), (32, 64, 1, 2)],
+    },
+}
+
+
+def _sweep_case(torch, b: int, h: int, seq: int, e: int, causal: bool, saved: dict) -> None:
+    d = cuda_attention.tiled_head_dim(e)
+    gen = torch.Generator(device="cuda").manual_seed(seq)
+    tq, tk, tv, tg = (torch.randn((b, h, seq, e), device="cuda", generator=gen) for _ in range(4))
+    q, k, v, g = (ignis.from_dlpack(t) for t in (tq, tk, tv, tg))
+    torch.cuda.synchronize()
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+
+    def fwd():
+        return ignis.nn.attention(q, k, v, causal=causal)
+
+    def bwd():
+        return ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+
+    for kind, candidates in SWEEP[d].items():
+        run, first = (fwd if kind == "fwd" else bwd), None
+        for tiles in candidates:
+            cuda_attention.SIMT_TILES[("float32", d)] = {**saved[("float32", d)], kind: tiles}
+            head = f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | {kind} | {tiles} |"
+            try:
+                ms = time_ignis(run)
+                got = np.concatenate([np.asarray(x.to_host(), np.float32).ravel() for x in run()])
+            except Exception as exc:  # a shape that does not fit this GPU
+                print(f"{head} failed: {type(exc).__name__}: {exc} | |", flush=True)
+                continue
+            first = got if first is None else first
+            print(f"{head} {ms * 1e3:.0f} | {float(np.max(np.abs(got - first))):.2e} |", flush=True)
+        cuda_attention.SIMT_TILES[("float32", d)] = saved[("float32", d)]
+
+
+def sweep(torch) -> None:
+    print(f"# float32 attention tile sweep on {ignis.Device(0).name}\n")
+    print("| B x H x L x E | causal | kernel | tiles | µs | max abs diff vs first |")
+    print("|---|---|---|---|---|---|")
+    saved_switch, saved_tiles = cuda_attention.SIMT_TILED, dict(cuda_attention.SIMT_TILES)
+    cuda_attention.SIMT_TILED = True
+    try:
+        for case in ((64, 6, 256, 64, True), (4, 16, 2048, 128, True)):
+            _sweep_case(torch, *case, saved_tiles)
+            torch.cuda.empty_cache()
+    finally:
+        cuda_attention.SIMT_TILED = saved_switch
+        cuda_attention.SIMT_TILES.update(saved_tiles)
+
+
 def main() -> int:
     if not ignis.is_available():
         print("benchmarks/attention.py needs a CUDA GPU", file=sys.stderr)
         return 1
     import torch
 
+    if "--sweep" in sys.argv[1:]:
+        sweep(torch)
+        return 0
     print(f"# Fused attention (bfloat16) on {ignis.Device(0).name}\n")
     print(
         "| B x H x L x E | causal | ignis fwd TFLOP/s | torch fwd | vs torch | "
@@ -91,6 +225,17 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     for seq, e, causal in cases():
         print(bench_row(torch, seq, e, causal), flush=True)
+        torch.cuda.empty_cache()
+    print(f"\n# Fused attention (float32, scalar kernels) on {ignis.Device(0).name}\n")
+    print(
+        "| B x H x L x E | causal | kernels | ignis fwd µs | torch fwd µs | vs torch | "
+        "ignis bwd µs | torch bwd µs | vs torch | ignis fwd TFLOP/s | ignis bwd TFLOP/s | "
+        "max abs diff |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for case in F32_CASES:
+        for row in bench_f32_rows(torch, *case):
+            print(row, flush=True)
         torch.cuda.empty_cache()
     return 0
 

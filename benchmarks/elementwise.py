@@ -2,12 +2,15 @@
 
 Cases over 2**28 elements (float32 and bfloat16; CuPy has no bfloat16): add, multiply, a
 multiply by a scalar, exp, GELU (tanh form), a bfloat16 -> float32 cast, ``where``; and over a
-16384 x 16384 float32 matrix the strided kernels: adding a broadcast row and making a transposed
-view contiguous. All libraries read the same device memory (shared through DLPack). Each time is
-the median of several rounds timed with CUDA events on the library's own stream, each round
-running the op a few times back to back after a warm-up. Bandwidth counts bytes read plus bytes
-written once; ``vs torch`` is ignis's bandwidth over PyTorch's; the last column is the largest
-difference from PyTorch's result relative to the result's scale.
+16384 x 16384 matrix (float32 and bfloat16) the layouts other than "all dense": adding a row
+(``x + y[0]``, shape ``(16384,)``) and a column (``(16384, 1)``) broadcast over it, which take
+the broadcast kernels, and making a transposed view contiguous. All libraries read the same
+device memory (shared through DLPack). Each time is the median of several rounds timed with
+CUDA events on the library's own stream, each round running the op a few times back to back
+after a warm-up. Bandwidth counts bytes read plus bytes written once (for the broadcasts: the
+matrix read and the result written; the broadcast operand is small); ``vs torch`` is ignis's
+bandwidth over PyTorch's; the last column is the largest difference from PyTorch's result
+relative to the result's scale.
 
 The last table is the host time of ``a + b`` on 1,000 float32 elements (microseconds per call,
 launches queued back to back, median of rounds), which is what small ops cost.
@@ -79,6 +82,14 @@ def cases() -> list[Case]:
             lambda x, y: x + y[0],
             lambda t, u: t + u[0],
             lambda c, d: c + d[0],
+            2,
+        ),
+        (
+            "add broadcast column",
+            (SIDE, SIDE),
+            lambda x, y: x + y[0].reshape(SIDE, 1),
+            lambda t, u: t + u[0].reshape(SIDE, 1),
+            lambda c, d: c + d[0].reshape(SIDE, 1),
             2,
         ),
         (

@@ -9,14 +9,20 @@ Bandwidth counts bytes read plus bytes written once (the floor for the op); ``vs
 ignis's bandwidth over PyTorch's. The last column is the largest relative difference between
 ignis's and PyTorch's results.
 
-Run on a GPU machine: ``python benchmarks/reduction.py``. Prints a Markdown table.
+A second table times the kernel variants of the cases the column-reduction and softmax
+kernels were tuned for (sum over axis 0 of 16384 x 16384, softmax of bfloat16 4096 x 32768):
+the current choice, the previous kernel (still selectable through the module switches of
+``ignis._array._cuda_backend.reduction``) and a few fixed split counts, each beside PyTorch.
+
+Run on a GPU machine: ``python benchmarks/reduction.py``. Prints Markdown tables.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -165,6 +171,117 @@ def bench_row(case: tuple, dtype: str, gen: Any, cupy: Any) -> str:
     )
 
 
+@contextlib.contextmanager
+def knobs(**settings: Any) -> Iterator[None]:
+    """Set attributes of the cuda backend's reduction module for the duration of a block."""
+    from ignis._array._cuda_backend import reduction
+
+    old = {name: getattr(reduction, name) for name in settings}
+    reduction._recipes.clear()  # remembered launches were planned under the old settings
+    for name, value in settings.items():
+        setattr(reduction, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(reduction, name, value)
+        reduction._recipes.clear()
+
+
+def _fixed_splits(count: int) -> Callable[..., int]:
+    return lambda units, n, *rest: max(1, min(count, n))
+
+
+def variants() -> list[tuple[str, str, tuple[int, ...], str, dict[str, Any]]]:
+    """(case, variant, shape, dtype, module settings) for the tuned cases."""
+    rows: list[tuple[str, str, tuple[int, ...], str, dict[str, Any]]] = []
+    for dtype in ("float32", "bfloat16"):
+        case = "sum axis=0"
+        shape = (16384, 16384)
+        rows.append((case, "reduce_cols_wide (default)", shape, dtype, {}))
+        rows.append((case, "reduce_cols (COLS_WIDE=False)", shape, dtype, {"COLS_WIDE": False}))
+        for count in (4, 8, 16, 32):
+            rows.append(
+                (
+                    case,
+                    f"reduce_cols_wide, {count} splits",
+                    shape,
+                    dtype,
+                    {"wide_splits": _fixed_splits(count)},
+                )
+            )
+    for dtype in ("bfloat16", "float16"):
+        case = "softmax axis=-1"
+        shape = (4096, 32768)
+        rows.append((case, "softmax_packed (default)", shape, dtype, {}))
+        rows.append(
+            (case, "softmax_block (SOFTMAX_PACKED=False)", shape, dtype, {"SOFTMAX_PACKED": False})
+        )
+    return rows
+
+
+def _variant_fns(softmax: bool, x: Any, t: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(ignis call, torch call) of a tuned case on the same data."""
+    import torch
+
+    if softmax:
+        return lambda: ignis.softmax(x, axis=-1), lambda: torch.softmax(t, dim=-1)
+    return lambda: ignis.sum(x, axis=0), lambda: t.sum(dim=0)
+
+
+def bench_variants(gen: Any) -> None:
+    """The second table: kernel variants of the tuned cases beside PyTorch."""
+    import torch
+
+    print("\n| op | variant | dtype | shape | ignis GB/s | torch GB/s | vs torch | max rel diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    data: dict[tuple[Any, ...], Any] = {}
+    torch_gbs: dict[tuple[Any, ...], float] = {}
+    for case, variant, shape, dtype, settings in variants():
+        key = (case, shape, dtype)
+        if key not in data:
+            data.clear()
+            torch.cuda.empty_cache()
+            data[key] = torch.randn(
+                shape, device="cuda", dtype=getattr(torch, dtype), generator=gen
+            )
+        t = data[key]
+        x = ignis.from_dlpack(t)
+        softmax = case.startswith("softmax")
+        n_out = t.numel() if softmax else shape[1]
+        nbytes = (t.numel() + n_out) * t.element_size()
+        f_ignis, f_torch = _variant_fns(softmax, x, t)
+        if key not in torch_gbs:
+            torch_gbs[key] = nbytes / time_torch(f_torch) / 1e6
+        with knobs(**settings):
+            gbs = nbytes / time_ignis(f_ignis) / 1e6
+            diff = max_rel_diff(f_ignis(), f_torch())
+        dims = "x".join(map(str, shape))
+        print(
+            f"| {case} | {variant} | {dtype} | {dims} | {gbs:.0f} | {torch_gbs[key]:.0f} | "
+            f"{gbs / torch_gbs[key]:.2f}x | {diff:.1e} |",
+            flush=True,
+        )
+    data.clear()
+    torch.cuda.empty_cache()
+    _print_wide_plan()
+
+
+def _print_wide_plan() -> None:
+    """The split the planner picks for the float32 16384 x 16384 axis-0 sum (a note for tuning)."""
+    from ignis._array._backend import get_backend
+    from ignis._array._cuda_backend import reduction
+
+    backend = get_backend("cuda:0")
+    name = "ignis::reduce_cols_wide<float, float, ignis::SumOp<float>, 4, 2>"
+    resident = reduction._resident_blocks(backend, name, (32, 8))
+    splits = reduction.wide_splits(64, 16384, resident, 1024, 16384 * 4)
+    print(
+        f"\nreduce_cols_wide on this device: {resident} resident blocks of 256 threads; "
+        f"float32 16384 x 16384 axis 0 runs 64 strips x {splits} splits"
+    )
+
+
 def main() -> int:
     if not ignis.is_available():
         print("benchmarks/reduction.py needs a CUDA GPU", file=sys.stderr)
@@ -183,6 +300,7 @@ def main() -> int:
         for dtype in ("float32", "bfloat16"):
             print(bench_row(case, dtype, gen, cupy), flush=True)
             torch.cuda.empty_cache()
+    bench_variants(gen)
     return 0
 
 

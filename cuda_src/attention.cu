@@ -15,7 +15,13 @@
 //                                    32-query tiles that see them; P and dS recomputed from lse.
 //   flash_bwd_dq_tc<T, D, CAUSAL>    dQ of 64 queries per block, walking 32-key tiles (a second
 //                                    pass instead of atomics: deterministic).
-//   flash_*_simt<T, D, CAUSAL>       the same three for float / double in exact scalar math.
+//   flash_*_simt<T, D, CAUSAL>       the same three for float / double in exact scalar math
+//                                    (32 x 32 tiles, a row per warp).
+//   flash_*_simt_tiled<T, D, CAUSAL, tiles...>
+//                                    the same three for float / double with register
+//                                    micro-tiles (4 x 4 scores per thread), double-buffered
+//                                    cp.async tiles, exp2 with log2(e) folded into the scale;
+//                                    D is 64 or 128 (see the section's comment).
 //   attn_row_dot<T, A>               D[r] = sum_e dO[r, e] * O[r, e] (backward preprocessing).
 //   decode_partial<T, A, D>, decode_combine<T, A>
 //                                    one query per (batch, head) against cache rows [0, n):
@@ -1007,6 +1013,431 @@ __global__ void __launch_bounds__(kSimtThreads)
     for (int c = 0; c < C; ++c)
       if (lane + 32 * c < E) dq[(bh * L + i) * E + lane + 32 * c] = acc[r][c] * scale;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiled scalar kernels (float, double): exact arithmetic in T (no TF32), register micro-tiles.
+// 256 threads as a 16 x 16 grid: thread (ty, tx) = (tid / 16, tid % 16) owns rows ty + 16 i of
+// the block's tile and columns tx + 16 j of the other operand's tile in every score tile, and
+// rows ty + 16 i, columns 64 g + 4 tx + [0, 4) of the output accumulator, so each 16-byte
+// shared-memory load feeds 4 to 8 FMAs. The 16 threads of a row are one half-warp: row maxima
+// and sums reduce with 4 shuffles. Scores are kept in the log2 domain (log2(e) folded into the
+// scale, exp2); lse is converted back to natural log. Tile sizes (BM, BN), stages ST (2: the
+// next K/V or Q/dO tile is copied while the current one is used) and the launch-bounds minimum
+// MINB are template parameters chosen per (dtype, head dim) by the host (attention.py); D is
+// 64 or 128. Shared-memory rows are padded to D + 4 elements: 16-byte aligned, and the 8
+// threads of a 16-byte load phase hit distinct banks.
+//
+//   flash_fwd_simt_tiled   BM queries per block, BN-key tiles (fully masked causal tiles are
+//                          never loaded); the probability tile goes through shared memory.
+//   flash_bwd_dq_simt_tiled    dQ of BM queries, walking BN-key tiles.
+//   flash_bwd_dkdv_simt_tiled  dK, dV of BN keys, walking BM-query tiles that see them.
+// The backward is two deterministic passes (no atomics).
+
+enum : int { kTiledThreads = 256 };
+
+IGNIS_DEV float exp2_(float x) { return exp2f(x); }
+IGNIS_DEV double exp2_(double x) { return exp2(x); }
+IGNIS_DEV float log2_(float x) { return log2f(x); }
+IGNIS_DEV double log2_(double x) { return log2(x); }
+template <class T> IGNIS_DEV T ln2_() { return T(0.6931471805599453094); }
+template <class T> IGNIS_DEV T log2e_() { return T(1.4426950408889634074); }
+
+// Four consecutive elements at a 16-byte aligned shared-memory address (one or two 16-byte loads).
+IGNIS_DEV void ld4(const float* p, float (&x)[4]) {
+#if defined(IGNIS_ATTN_HOST_EMULATION)
+  if ((unsigned long long)p % 16) __builtin_trap();  // the device's 16-byte load would fault
+  for (int u = 0; u < 4; ++u) x[u] = p[u];
+#else
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+#endif
+}
+IGNIS_DEV void ld4(const double* p, double (&x)[4]) {
+#if defined(IGNIS_ATTN_HOST_EMULATION)
+  if ((unsigned long long)p % 16) __builtin_trap();
+  for (int u = 0; u < 4; ++u) x[u] = p[u];
+#else
+  const double2 a = reinterpret_cast<const double2*>(p)[0];
+  const double2 b = reinterpret_cast<const double2*>(p)[1];
+  x[0] = a.x, x[1] = a.y, x[2] = b.x, x[3] = b.y;
+#endif
+}
+
+// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) row-major matrix into shared memory (row
+// stride LD), zeros outside. vec (E * sizeof(T) % 16 == 0, 16-byte aligned bases): cp.async
+// 16-byte copies that the caller commits and waits for; otherwise plain element copies.
+template <class T, int R, int D, int LD>
+IGNIS_DEV void tiled_load(T* s, const T* g, int r0, int rows, int E, bool vec) {
+  if (vec) {
+    constexpr int V = 16 / sizeof(T), CH = D / V;
+    for (int c = threadIdx.x; c < R * CH; c += kTiledThreads) {
+      const int r = c / CH, col = (c % CH) * V;
+      T* dst = s + r * LD + col;
+      if (r0 + r < rows && col < E) {  // col < E implies col + V <= E here
+        tc::cp_async_16(dst, g + (int64)(r0 + r) * E + col, 16);
+      } else {
+#pragma unroll
+        for (int u = 0; u < V; ++u) dst[u] = T(0);
+      }
+    }
+  } else {
+    for (int c = threadIdx.x; c < R * D; c += kTiledThreads) {
+      const int r = c / D, col = c % D;
+      s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * E + col] : T(0);
+    }
+  }
+}
+
+// acc[i][j] += sum_{e < D} a[(ty + 16 i) * LD + e] * b[(tx + 16 j) * LD + e]
+template <class T, int RM, int CN, int D, int LD>
+IGNIS_DEV void tile_abt(T (&acc)[RM][CN], const T* a, const T* b, int ty, int tx) {
+#pragma unroll 2
+  for (int e = 0; e < D; e += 4) {
+    T x[RM][4], y[CN][4];
+#pragma unroll
+    for (int i = 0; i < RM; ++i) ld4(a + (ty + 16 * i) * LD + e, x[i]);
+#pragma unroll
+    for (int j = 0; j < CN; ++j) ld4(b + (tx + 16 * j) * LD + e, y[j]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < CN; ++j) acc[i][j] += x[i][u] * y[j][u];
+  }
+}
+
+// o[i][4 g + w] += sum_{c < KC} p[(ty + 16 i) * LDP + c] * v[c * LDV + 64 g + 4 tx + w]
+template <class T, int RM, int G, int KC, int LDP, int LDV>
+IGNIS_DEV void tile_pv(T (&o)[RM][4 * G], const T* p, const T* v, int ty, int tx) {
+#pragma unroll 2
+  for (int c = 0; c < KC; c += 4) {
+    T x[RM][4];
+#pragma unroll
+    for (int i = 0; i < RM; ++i) ld4(p + (ty + 16 * i) * LDP + c, x[i]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        T y[4];
+        ld4(v + (c + u) * LDV + 64 * g + 4 * tx, y);
+#pragma unroll
+        for (int i = 0; i < RM; ++i)
+#pragma unroll
+          for (int w = 0; w < 4; ++w) o[i][4 * g + w] += x[i][u] * y[w];
+      }
+  }
+}
+
+// Reduction over the 16 threads (one half-warp) that share a row.
+template <class T> IGNIS_DEV T row16_max(T x) {
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) x = max_(x, __shfl_xor_sync(full_warp_mask, x, off));
+  return x;
+}
+template <class T> IGNIS_DEV T row16_sum(T x) {
+#pragma unroll
+  for (int off = 8; off > 0; off >>= 1) x += __shfl_xor_sync(full_warp_mask, x, off);
+  return x;
+}
+
+// Rows ty + 16 i, columns 64 g + 4 tx + w (< E) of acc * mul into rows [r0, r0 + 16 RM) of g.
+template <class T, int RM, int G>
+IGNIS_DEV void tile_store(T* g, const T (&acc)[RM][4 * G], int r0, int rows, int E, T mul,
+                          int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const int r = r0 + ty + 16 * i;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int gg = 0; gg < G; ++gg)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const int col = 64 * gg + 4 * tx + w;
+        if (col < E) g[(int64)r * E + col] = acc[i][4 * gg + w] * mul;
+      }
+  }
+}
+
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_fwd_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L,
+                         int S, int E, T scale_log2, int vec, int64 bh0) {
+  constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
+  static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem((BM * LD + 2 * ST * BN * LD + BM * LDP) * sizeof(T));
+  T* qs = reinterpret_cast<T*>(attn_smem);
+  T* kvs = qs + BM * LD;  // stage s: K tile at kvs + 2 s BN LD, V tile after it
+  T* ps = kvs + 2 * ST * BN * LD;
+  const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = blockIdx.x * BM;
+  const T* kb = k + bh * S * E;
+  const T* vb = v + bh * S * E;
+  tiled_load<T, BM, D, LD>(qs, q + bh * L * E, m0, L, E, vec);
+  // Keys past the block's last query's horizon are masked for every row: never loaded.
+  const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  const int tiles = (n_end + BN - 1) / BN;
+  if (tiles > 0) {
+    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, vec);
+    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, vec);
+  }
+  tc::cp_async_commit();
+  T m[RM], l[RM], o[RM][4 * G];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    m[i] = minus_inf<T>();
+    l[i] = 0;
+#pragma unroll
+    for (int w = 0; w < 4 * G; ++w) o[i][w] = 0;
+  }
+  for (int t = 0; t < tiles; ++t) {
+    const T* ks = kvs + (t % ST) * 2 * BN * LD;
+    const T* vs = ks + BN * LD;
+    if (ST == 2 && t + 1 < tiles) {
+      T* nk = kvs + ((t + 1) % ST) * 2 * BN * LD;
+      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    T s[RM][CN];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+      for (int j = 0; j < CN; ++j) s[i][j] = 0;
+    tile_abt<T, RM, CN, D, LD>(s, qs, ks, ty, tx);
+    const int n0 = t * BN;
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      const int row = m0 + ty + 16 * i;
+      T mx = minus_inf<T>();
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+        const T x = visible<CAUSAL>(row, n0 + tx + 16 * j, L, S) ? s[i][j] * scale_log2
+                                                                 : minus_inf<T>();
+        s[i][j] = x;
+        mx = max_(mx, x);
+      }
+      const T m_new = max_(m[i], row16_max(mx));
+      const T m_use = m_new == minus_inf<T>() ? T(0) : m_new;  // a row with nothing visible yet
+      const T alpha = exp2_(m[i] - m_use);
+      m[i] = m_new;
+      T sum = 0;
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+        const T p = exp2_(s[i][j] - m_use);
+        ps[(ty + 16 * i) * LDP + tx + 16 * j] = p;
+        sum += p;
+      }
+      l[i] = l[i] * alpha + sum;  // this thread's share; the row's 16 shares add up at the end
+#pragma unroll
+      for (int w = 0; w < 4 * G; ++w) o[i][w] *= alpha;
+    }
+    __syncthreads();
+    tile_pv<T, RM, G, BN, LDP, LD>(o, ps, vs, ty, tx);
+    __syncthreads();  // the P tile and this stage are overwritten next
+    if (ST == 1 && t + 1 < tiles) {
+      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tc::cp_async_commit();
+    }
+  }
+  tc::cp_async_wait<0>();  // with no key tile the Q copies are still open
+  T inv[RM];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const T sum = row16_sum(l[i]);
+    inv[i] = sum > 0 ? T(1) / sum : T(0);
+    const int row = m0 + ty + 16 * i;
+    if (tx == 0 && row < L)
+      lse[bh * L + row] = sum > 0 ? (m[i] + log2_(sum)) * ln2_<T>() : minus_inf<T>();
+#pragma unroll
+    for (int w = 0; w < 4 * G; ++w) o[i][w] *= inv[i];
+  }
+  tile_store<T, RM, G>(out + bh * L * E, o, m0, L, E, T(1), ty, tx);
+}
+
+// dQ of BM queries per block, walking the BN-key tiles they see.
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dq_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                            const T* __restrict__ v, const T* __restrict__ dout,
+                            const T* __restrict__ lse, const T* __restrict__ dvec,
+                            T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2,
+                            int vec, int64 bh0) {
+  constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
+  static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem((2 * BM * LD + 2 * ST * BN * LD + BM * LDP) * sizeof(T));
+  T* qs = reinterpret_cast<T*>(attn_smem);
+  T* dos = qs + BM * LD;
+  T* kvs = dos + BM * LD;
+  T* dss = kvs + 2 * ST * BN * LD;
+  const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+  const int64 bh = bh0 + blockIdx.y;
+  const int m0 = blockIdx.x * BM;
+  const T* kb = k + bh * S * E;
+  const T* vb = v + bh * S * E;
+  tiled_load<T, BM, D, LD>(qs, q + bh * L * E, m0, L, E, vec);
+  tiled_load<T, BM, D, LD>(dos, dout + bh * L * E, m0, L, E, vec);
+  const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  const int tiles = (n_end + BN - 1) / BN;
+  if (tiles > 0) {
+    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, vec);
+    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, vec);
+  }
+  tc::cp_async_commit();
+  T lse2[RM], dr[RM], acc[RM][4 * G];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const int row = m0 + ty + 16 * i;
+    lse2[i] = row < L ? lse[bh * L + row] * log2e_<T>() : T(0);
+    dr[i] = row < L ? dvec[bh * L + row] : T(0);
+#pragma unroll
+    for (int w = 0; w < 4 * G; ++w) acc[i][w] = 0;
+  }
+  for (int t = 0; t < tiles; ++t) {
+    const T* ks = kvs + (t % ST) * 2 * BN * LD;
+    const T* vs = ks + BN * LD;
+    if (ST == 2 && t + 1 < tiles) {
+      T* nk = kvs + ((t + 1) % ST) * 2 * BN * LD;
+      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    T s[RM][CN], dp[RM][CN];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+      for (int j = 0; j < CN; ++j) s[i][j] = dp[i][j] = 0;
+    tile_abt<T, RM, CN, D, LD>(s, qs, ks, ty, tx);
+    tile_abt<T, RM, CN, D, LD>(dp, dos, vs, ty, tx);
+    const int n0 = t * BN;
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+      for (int j = 0; j < CN; ++j) {
+        const int row = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
+        const T p = visible<CAUSAL>(row, col, L, S) ? exp2_(s[i][j] * scale_log2 - lse2[i]) : T(0);
+        dss[(ty + 16 * i) * LDP + tx + 16 * j] = p * (dp[i][j] - dr[i]);
+      }
+    __syncthreads();
+    tile_pv<T, RM, G, BN, LDP, LD>(acc, dss, ks, ty, tx);
+    __syncthreads();
+    if (ST == 1 && t + 1 < tiles) {
+      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tc::cp_async_commit();
+    }
+  }
+  tc::cp_async_wait<0>();
+  tile_store<T, RM, G>(dq + bh * L * E, acc, m0, L, E, scale, ty, tx);
+}
+
+// dK, dV of BN keys per block, walking the BM-query tiles that see them. Here the thread grid's
+// rows are keys and its columns queries.
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const T* __restrict__ lse, const T* __restrict__ dvec,
+                              T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E,
+                              T scale, T scale_log2, int vec, int64 bh0) {
+  constexpr int LD = D + 4, LDP = BM + 4, RN = BN / 16, CM = BM / 16, G = D / 64;
+  static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
+  constexpr int STAGE = 2 * BM * LD;  // Q tile, then dO tile
+  unsigned char* attn_smem = dynamic_smem();
+  require_smem((2 * BN * LD + ST * STAGE + 2 * BN * LDP + 2 * ST * BM) * sizeof(T));
+  T* ks = reinterpret_cast<T*>(attn_smem);
+  T* vs = ks + BN * LD;
+  T* qdo = vs + BN * LD;
+  T* pts = qdo + ST * STAGE;  // P^T (keys x queries)
+  T* dsts = pts + BN * LDP;   // dS^T
+  T* stats = dsts + BN * LDP;  // stage s: lse * log2(e) at stats + 2 s BM, D after it
+  const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
+  const int64 bh = bh0 + blockIdx.y;
+  const int n0 = blockIdx.x * BN;
+  const T* qb = q + bh * L * E;
+  const T* db = dout + bh * L * E;
+  tiled_load<T, BN, D, LD>(ks, k + bh * S * E, n0, S, E, vec);
+  tiled_load<T, BN, D, LD>(vs, v + bh * S * E, n0, S, E, vec);
+  // Queries before m_begin see none of these keys.
+  const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;
+  const int tiles = m_begin < L ? (L - m_begin + BM - 1) / BM : 0;
+  auto load_stage = [&](int t, int st) {
+    const int m0 = m_begin + t * BM;
+    tiled_load<T, BM, D, LD>(qdo + st * STAGE, qb, m0, L, E, vec);
+    tiled_load<T, BM, D, LD>(qdo + st * STAGE + BM * LD, db, m0, L, E, vec);
+    T* sx = stats + 2 * st * BM;
+    for (int r = threadIdx.x; r < BM; r += kTiledThreads) {
+      const int i = m0 + r;
+      sx[r] = i < L ? lse[bh * L + i] * log2e_<T>() : T(0);
+      sx[BM + r] = i < L ? dvec[bh * L + i] : T(0);
+    }
+  };
+  if (tiles > 0) load_stage(0, 0);
+  tc::cp_async_commit();
+  T dka[RN][4 * G], dva[RN][4 * G];
+#pragma unroll
+  for (int i = 0; i < RN; ++i)
+#pragma unroll
+    for (int w = 0; w < 4 * G; ++w) dka[i][w] = dva[i][w] = 0;
+  for (int t = 0; t < tiles; ++t) {
+    const int st = t % ST;
+    const T* qs = qdo + st * STAGE;
+    const T* dos = qs + BM * LD;
+    const T* lse2 = stats + 2 * st * BM;
+    const T* dr = lse2 + BM;
+    if (ST == 2 && t + 1 < tiles) {
+      load_stage(t + 1, (t + 1) % ST);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();
+    } else {
+      tc::cp_async_wait<0>();
+    }
+    __syncthreads();
+    T s[RN][CM], dp[RN][CM];
+#pragma unroll
+    for (int i = 0; i < RN; ++i)
+#pragma unroll
+      for (int j = 0; j < CM; ++j) s[i][j] = dp[i][j] = 0;
+    tile_abt<T, RN, CM, D, LD>(s, ks, qs, ty, tx);
+    tile_abt<T, RN, CM, D, LD>(dp, vs, dos, ty, tx);
+    const int m0 = m_begin + t * BM;
+#pragma unroll
+    for (int i = 0; i < RN; ++i)
+#pragma unroll
+      for (int j = 0; j < CM; ++j) {
+        const int key = ty + 16 * i, qry = tx + 16 * j;
+        const T p = visible<CAUSAL>(m0 + qry, n0 + key, L, S)
+                        ? exp2_(s[i][j] * scale_log2 - lse2[qry])
+                        : T(0);
+        pts[key * LDP + qry] = p;
+        dsts[key * LDP + qry] = p * (dp[i][j] - dr[qry]);
+      }
+    __syncthreads();
+    tile_pv<T, RN, G, BM, LDP, LD>(dva, pts, dos, ty, tx);
+    tile_pv<T, RN, G, BM, LDP, LD>(dka, dsts, qs, ty, tx);
+    __syncthreads();
+    if (ST == 1 && t + 1 < tiles) {
+      load_stage(t + 1, 0);
+      tc::cp_async_commit();
+    }
+  }
+  tc::cp_async_wait<0>();
+  tile_store<T, RN, G>(dk + bh * S * E, dka, n0, S, E, scale, ty, tx);
+  tile_store<T, RN, G>(dv + bh * S * E, dva, n0, S, E, T(1), ty, tx);
 }
 
 // ---------------------------------------------------------------------------------------------

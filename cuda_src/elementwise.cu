@@ -1,7 +1,7 @@
 // elementwise.cu - the elementwise kernels of NvArray: unary and binary ops, where, copy/cast
 // (with a tiled transposing copy), fill and arange.
 //
-// Two layouts per family:
+// Two layouts per family (three for binary):
 //   *_contig:  every array operand is dense with the output's shape (scalars come as values).
 //              V elements per access (one 16-byte load/store for the widest element type when
 //              the caller found every pointer aligned, V = 1 otherwise), U accesses in flight
@@ -9,6 +9,9 @@
 //   *_strided: any shape of up to 8 dims (after the caller merged contiguous dims), byte
 //              strides per operand (zero for broadcast dims), WIDE = 64-bit index division for
 //              2**31 elements or more; U elements per thread in flight.
+//   binary_bcast: one operand dense over the output, the other a row repeated over the leading
+//              dims or a column held along the inner run (see there): vector accesses like
+//              *_contig, the broadcast position kept without per-element division.
 // Template arguments: Op (a functor of elementwise.cuh), W the work type the op computes in,
 // TO the output element type, TA/TB/TC/TX/TS operand element types. An operand given as a
 // scalar value (FORM/FORMS bits) is passed as a W parameter and its pointer is unused.
@@ -18,7 +21,7 @@ namespace ignis {
 namespace ew {
 
 // Accesses in flight per thread (enumerators: an unused constexpr variable would warn).
-enum : int { contig_unroll = 2, strided_unroll = 4 };
+enum : int { contig_unroll = 2, strided_unroll = 4, bcast_unroll = 4 };
 
 // Loads operand elements as W: from an array (Pack of V) or from a scalar value.
 template <class T, class W, int V, bool IS_VALUE> struct Operand {
@@ -163,6 +166,71 @@ __global__ void binary_strided(char* out, const char* a, const char* b, W sa, W 
         vb[u] = ib.at_offset(off[2]);
       },
       [&](int u, const int64(&off)[3]) { at<TO>(out, off[0]) = cast<TO>(Op::apply(va[u], vb[u])); });
+}
+
+// --- binary with one broadcast operand ------------------------------------------------------------
+// ``out`` and the dense operand hold n elements in row-major order; the broadcast operand is
+//   KIND 0 (row):    `inner` elements repeated n / inner times, element i reading bcast[i % inner]
+//                    (b of shape [..., N] against [M, ..., N]: inner = N);
+//   KIND 1 (column): n / inner elements, each held for a run of `inner`: bcast[i / inner]
+//                    (b of shape [M, 1] against [M, N]: inner = N; one value: inner = n).
+// SIDE 1: a is the broadcast operand, 2: b is (the numbering of FORM). V elements per access
+// when the caller found inner % V == 0 and the pointers aligned: a row operand's V elements are
+// then one vector, a column operand's V elements one value. bcast_unroll vectors in flight per
+// thread, grid-stride loop; positions in the row or column come from a DivWalk, not a division.
+
+// The elements an access holds, kept raw until used (16- and 8-bit types need half or a quarter
+// of the registers that converted values would): a dense operand's V elements at vector j, a
+// row operand's V elements at vector w.r, a column operand's one element w.q.
+template <class T, int V, int KIND> struct Held {
+  static constexpr int count = KIND == 0 ? V : 1;
+  Pack<T, count> pk;
+  IGNIS_DEV void load_dense(const T* p, int64 j) { pk = load_pack<T, V>(p, j); }
+  IGNIS_DEV void load_bcast(const T* p, const DivWalk& w) {
+    if constexpr (KIND == 0) pk = load_pack<T, V>(p, w.r);
+    else pk = load_pack<T, 1>(p, w.q);
+  }
+  template <class W> IGNIS_DEV W get(int k) const { return cast<W>(pk.v[KIND == 0 ? k : 0]); }
+};
+
+template <class Op, class W, class TO, class TA, class TB, int SIDE, int KIND, int V>
+__global__ void binary_bcast(TO* out, const TA* a, const TB* b, int64 n, int64 inner) {
+  constexpr int U = bcast_unroll;
+  const int64 nvec = n / V;  // V divides inner, which divides n
+  const int64 threads = grid_stride();
+  int64 i = global_index();
+  DivWalk w(i, threads, inner / V);  // vector index i == w.q * (inner / V) + w.r
+  // The dense operand is held as KIND 0 (all V elements), the broadcast one as KIND.
+  Held<TA, V, SIDE == 1 ? KIND : 0> ha[U];
+  Held<TB, V, SIDE == 2 ? KIND : 0> hb[U];
+  for (; i < nvec; i += U * threads) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64 j = i + u * threads;
+      if (j < nvec) {
+        if constexpr (SIDE == 1) {
+          ha[u].load_bcast(a, w);
+          hb[u].load_dense(b, j);
+        } else {
+          ha[u].load_dense(a, j);
+          hb[u].load_bcast(b, w);
+        }
+      }
+      w.advance();  // to vector j + threads: the next u's (after the last u, the next i's)
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64 j = i + u * threads;
+      if (j < nvec) {
+        TO r[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          r[k] = cast<TO>(Op::apply(ha[u].template get<W>(k), hb[u].template get<W>(k)));
+        }
+        store_vec<TO, V>(out, j, r);
+      }
+    }
+  }
 }
 
 // --- where ---------------------------------------------------------------------------------------

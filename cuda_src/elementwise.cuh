@@ -7,7 +7,9 @@
 //   * Pack<T, V>: V elements moved with one 1..16-byte load or store;
 //   * StridedArgs<NARG>: shape and byte strides of up to 8 dims of NARG operands, passed to a
 //     kernel by value, and offsets<>() turning a linear index into per-operand byte offsets
-//     (32-bit magic-number division below 2**31 elements, 64-bit division above).
+//     (32-bit magic-number division below 2**31 elements, 64-bit division above);
+//   * DivWalk: quotient and remainder of a grid-stride index by a run length, kept up to date
+//     without dividing (the broadcast kernels' row and column positions).
 // Self-contained apart from ignis_types.cuh: NVRTC here has no CUDA or C++ standard headers.
 #pragma once
 
@@ -332,6 +334,31 @@ IGNIS_DEV void offsets(const StridedArgs<NARG>& s, int64 linear, int64 (&off)[NA
     }
   }
 }
+
+// --- broadcast runs ---------------------------------------------------------------------------------
+
+// Quotient and remainder of an index by a fixed divisor d while the index advances by a fixed
+// step: two divisions when made, then only adds and a compare per step (a 64-bit division per
+// element would cost more than the memory access it serves). Needs 0 <= index, 0 <= step, d >= 1.
+struct DivWalk {
+  int64 q, r;    // index == q * d + r, 0 <= r < d
+  int64 sq, sr;  // step == sq * d + sr
+  int64 d;
+  IGNIS_DEV DivWalk(int64 index, int64 step, int64 divisor) : d(divisor) {
+    q = index / divisor;
+    r = index - q * divisor;
+    sq = step / divisor;
+    sr = step - sq * divisor;
+  }
+  IGNIS_DEV void advance() {
+    q += sq;
+    r += sr;
+    if (r >= d) {
+      r -= d;
+      ++q;
+    }
+  }
+};
 
 template <class T> IGNIS_DEV const T& at(const char* base, int64 offset) {
   return *reinterpret_cast<const T*>(base + offset);

@@ -32,10 +32,13 @@
 // Edge tiles: loads past m, n or k read zeros (both operands, so 0 * garbage never happens),
 // stores past m or n are skipped. k == 0 gives C = beta * C.
 //
-// The device-specific primitives (inline PTX) are gathered in one section below. The tests
-// replace that section with a host emulator of the same primitives (IGNIS_GEMM_HOST_EMULATION)
-// and run these kernels on the CPU, thread by thread, to check the data movement.
+// The tensor-core primitives (ldmatrix, mma, cp.async) come from tensor_core.cuh; the few
+// device features only this file needs (dynamic shared memory, trap) are gathered in one section
+// below. The tests replace both with a host emulator of the same functions
+// (IGNIS_TC_HOST_EMULATION, IGNIS_GEMM_HOST_EMULATION) and run these kernels on the CPU, thread
+// by thread, to check the data movement.
 #include "ignis_types.cuh"
+#include "tensor_core.cuh"
 
 namespace ignis {
 namespace gemm {
@@ -73,94 +76,26 @@ struct alignas(16) Vec16 {
 }  // namespace gemm
 }  // namespace ignis
 
-// --- device primitives (inline PTX) ------------------------------------------------------------
+// --- device features of this file (a test emulator provides its own) --------------------------
 
 #if !defined(IGNIS_GEMM_HOST_EMULATION)
-#define IGNIS_GEMM_DEV __device__ __forceinline__
 
 namespace ignis {
 namespace gemm {
 
-IGNIS_GEMM_DEV uint32 smem_address(const void* p) {
-  uint32 a;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-  return a;
-}
-
-IGNIS_GEMM_DEV Vec16* dynamic_smem() {
+IGNIS_DEV Vec16* dynamic_smem() {
   extern __shared__ Vec16 ignis_gemm_dynamic_smem[];
   return ignis_gemm_dynamic_smem;
 }
 
-IGNIS_GEMM_DEV uint32 dynamic_smem_bytes() {
+IGNIS_DEV uint32 dynamic_smem_bytes() {
   uint32 n;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
   return n;
 }
 
 // A launch with less dynamic shared memory than the kernel needs is a host bug: stop loudly.
-IGNIS_GEMM_DEV void fail() { asm volatile("trap;"); }
-
-// Copy 16 bytes global -> shared without staging in registers; only the first src_bytes are
-// read, the rest of the 16 bytes is zero-filled (src_bytes == 0: zeros, nothing read).
-IGNIS_GEMM_DEV void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)),
-               "l"(gmem), "r"(src_bytes)
-               : "memory");
-}
-IGNIS_GEMM_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Wait until at most N of this thread's committed groups are still in flight.
-template <int N> IGNIS_GEMM_DEV void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Four 8x8 matrices of 16-bit elements; lane l gives the row address of row (l % 8) of
-// matrix (l / 8). Register j receives matrix j's (row l/4, columns 2(l%4), 2(l%4)+1), or with
-// .trans its (rows 2(l%4), 2(l%4)+1, column l/4).
-IGNIS_GEMM_DEV void ldmatrix_x4(uint32 (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row))
-               : "memory");
-}
-IGNIS_GEMM_DEV void ldmatrix_x4_trans(uint32 (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(row))
-               : "memory");
-}
-
-// d += A(16x16) * B(16x8), float32 accumulation.
-IGNIS_GEMM_DEV void mma_16816(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2], bfloat16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-IGNIS_GEMM_DEV void mma_16816(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2], float16) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// d += A(16x8) * B(8x8) with TF32 inputs, float32 accumulation.
-IGNIS_GEMM_DEV void mma_1688_tf32(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// float -> TF32 (10 mantissa bits), rounding to nearest with ties away from zero.
-IGNIS_GEMM_DEV uint32 to_tf32(float x) {
-  uint32 r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+IGNIS_DEV void fail() { asm volatile("trap;"); }
 
 }  // namespace gemm
 }  // namespace ignis
@@ -173,16 +108,16 @@ namespace gemm {
 
 // T -> S: the arithmetic type (float for the 16-bit types), or T itself.
 template <class S, class T> struct Widen {
-  static IGNIS_GEMM_DEV S run(T v) { return static_cast<S>(to_acc(v)); }
+  static IGNIS_DEV S run(T v) { return static_cast<S>(to_acc(v)); }
 };
 template <class T> struct Widen<T, T> {
-  static IGNIS_GEMM_DEV T run(T v) { return v; }
+  static IGNIS_DEV T run(T v) { return v; }
 };
-template <class S, class T> IGNIS_GEMM_DEV S widen(T v) { return Widen<S, T>::run(v); }
+template <class S, class T> IGNIS_DEV S widen(T v) { return Widen<S, T>::run(v); }
 
 // Offsets of batch z's matrices. Unrolled over the fixed maximum so the argument arrays are
 // read with constant indices (no local-memory copy of the parameters).
-IGNIS_GEMM_DEV void batch_offsets(const GemmArgs& p, int64 z, int64& oa, int64& ob, int64& oc) {
+IGNIS_DEV void batch_offsets(const GemmArgs& p, int64 z, int64& oa, int64& ob, int64& oc) {
   oa = ob = oc = 0;
 #pragma unroll
   for (int d = kMaxBatchDims - 1; d >= 0; --d) {
@@ -199,14 +134,14 @@ IGNIS_GEMM_DEV void batch_offsets(const GemmArgs& p, int64 z, int64& oa, int64& 
 
 // The batch index of this block: blockIdx.y + gridDim.y * blockIdx.z (grid y is limited to
 // 65535). False for the few blocks past the end when the batch does not fill the grid.
-IGNIS_GEMM_DEV bool batch_of_block(const GemmArgs& p, int64& z) {
+IGNIS_DEV bool batch_of_block(const GemmArgs& p, int64& z) {
   z = (int64)blockIdx.y + (int64)gridDim.y * (int64)blockIdx.z;
   return z < p.batch;
 }
 
 // The output tile (tile_m, tile_n) of this block. Blocks are ordered in groups of 8 tile rows
 // so that blocks running at the same time share A and B panels in L2.
-IGNIS_GEMM_DEV void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
+IGNIS_DEV void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
   const int group_rows = 8;
   const int id = (int)blockIdx.x;
   const int per_group = group_rows * p.tiles_n;
@@ -220,7 +155,7 @@ IGNIS_GEMM_DEV void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
 
 // C(i, j) = alpha * acc + beta * C(i, j), or alpha * acc when beta == 0 (C not read).
 template <class T, class S>
-IGNIS_GEMM_DEV void store_result(T* c, const GemmArgs& p, int64 i, int64 j, S acc, S alpha, S beta) {
+IGNIS_DEV void store_result(T* c, const GemmArgs& p, int64 i, int64 j, S acc, S alpha, S beta) {
   if (i < p.m && j < p.n) {
     T* dst = c + i * p.c_rs + j * p.c_cs;
     S v = alpha * acc;
@@ -246,7 +181,7 @@ struct TileLoader {
   T v[ITERS][VEC];
 
   // The matrix is g(row, col) = g[row * rs + col * cs]; for L 0 cs is 1, for L 1 rs is 1.
-  IGNIS_GEMM_DEV void load(const T* g, int64 rs, int64 cs, int64 r0, int64 c0, int64 rn, int64 cn) {
+  IGNIS_DEV void load(const T* g, int64 rs, int64 cs, int64 r0, int64 c0, int64 rn, int64 cn) {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int chunk = (int)threadIdx.x + it * THREADS;
@@ -278,7 +213,7 @@ struct TileLoader {
   }
 
   // Element (r, c) of the tile goes to s[r * ld + c], or to s[c * ld + r] when TRANS.
-  template <bool TRANS, class S> IGNIS_GEMM_DEV void store(S* s, int ld) const {
+  template <bool TRANS, class S> IGNIS_DEV void store(S* s, int ld) const {
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
       const int chunk = (int)threadIdx.x + it * THREADS;
@@ -428,7 +363,7 @@ template <class T, int LA, int LB> struct TcLayout {
 // tile element (o, i) is g[(o0 + o) * ld + i0 + i] and goes to s[o * lds + i]. Elements past
 // (on, in) are zero-filled; only whole in-bounds vectors travel by cp.async.
 template <class T, int OUTER, int INNER, int THREADS>
-IGNIS_GEMM_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o0, int64 i0,
+IGNIS_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o0, int64 i0,
                                     int64 on, int64 in) {
   constexpr int VEC = int(16 / sizeof(T));
   constexpr int PER_LINE = INNER / VEC;
@@ -442,7 +377,7 @@ IGNIS_GEMM_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o
     const int64 go = o0 + o, gi = i0 + i;
     T* dst = s + o * lds + i;
     if (go < on && gi + VEC <= in) {
-      cp_async_16(dst, g + go * ld + gi, 16);
+      tc::cp_async_16(dst, g + go * ld + gi, 16);
     } else if (go < on && gi < in) {
       // A partial vector at the operand's edge: element copies, so that no access reaches past
       // the operand (a 16-byte cp.async with a smaller source size still names 16 bytes).
@@ -458,7 +393,7 @@ IGNIS_GEMM_DEV void copy_tile_async(T* s, int lds, const T* g, int64 ld, int64 o
 // Copies an R x CC tile element by element (any strides): tile element (r, c) is
 // g[(r0 + r) * rs + (c0 + c) * cs] and goes to s[r * lds + c]; zeros past (rn, cn).
 template <class T, int R, int CC, int THREADS>
-IGNIS_GEMM_DEV void copy_tile_elementwise(T* s, int lds, const T* g, int64 rs, int64 cs, int64 r0,
+IGNIS_DEV void copy_tile_elementwise(T* s, int lds, const T* g, int64 rs, int64 cs, int64 r0,
                                           int64 c0, int64 rn, int64 cn) {
   static_assert(R * CC % THREADS == 0, "tile must split evenly over the threads");
 #pragma unroll 4
@@ -535,15 +470,15 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < ktiles) load_stage(st, st);
-    cp_async_commit();
+    tc::cp_async_commit();
   }
 
   for (int kt = 0; kt < ktiles; ++kt) {
-    cp_async_wait<STAGES - 2>();  // this thread's copies of tile kt have landed...
+    tc::cp_async_wait<STAGES - 2>();  // this thread's copies of tile kt have landed...
     __syncthreads();              // ...and everyone's; stage (kt - 1) % STAGES is free again
     const int next = kt + STAGES - 1;
     if (next < ktiles) load_stage(next % STAGES, next);
-    cp_async_commit();
+    tc::cp_async_commit();
 
     const T* as = smem_a + (kt % STAGES) * Lay::A_STAGE;
     const T* bs = smem_b + (kt % STAGES) * Lay::B_STAGE;
@@ -555,10 +490,10 @@ __global__ void __launch_bounds__(256, 1)
         for (int mi = 0; mi < MI; ++mi) {
           const int mrow = wm0 + mi * 16;
           if constexpr (Lay::A_KM) {  // [k][m]: matrix j holds k rows 8*(j/2).., m columns 8*(j%2)..
-            ldmatrix_x4_trans(af[mi], as + (kk + (lane & 7) + ((lane >> 4) << 3)) * LDA +
-                                          mrow + (((lane >> 3) & 1) << 3));
+            tc::ldmatrix_x4_trans(af[mi], as + (kk + (lane & 7) + ((lane >> 4) << 3)) * LDA +
+                                              mrow + (((lane >> 3) & 1) << 3));
           } else {  // [m][k]: matrix j holds m rows 8*(j%2).., k columns 8*(j/2)..
-            ldmatrix_x4(af[mi], as + (mrow + (lane & 15)) * LDA + kk + ((lane >> 4) << 3));
+            tc::ldmatrix_x4(af[mi], as + (mrow + (lane & 15)) * LDA + kk + ((lane >> 4) << 3));
           }
         }
 #pragma unroll
@@ -566,11 +501,11 @@ __global__ void __launch_bounds__(256, 1)
           const int ncol = wn0 + np * 16;
           uint32 r[4];
           if constexpr (Lay::B_NK) {  // [n][k]: matrix j holds n rows 8*(j/2).., k columns 8*(j%2)..
-            ldmatrix_x4(r, bs + (ncol + (lane & 7) + ((lane >> 4) << 3)) * LDB + kk +
-                               (((lane >> 3) & 1) << 3));
+            tc::ldmatrix_x4(r, bs + (ncol + (lane & 7) + ((lane >> 4) << 3)) * LDB + kk +
+                                   (((lane >> 3) & 1) << 3));
           } else {  // [k][n]: matrix j holds k rows 8*(j%2).., n columns 8*(j/2)..
-            ldmatrix_x4_trans(r, bs + (kk + (lane & 7) + (((lane >> 3) & 1) << 3)) * LDB +
-                                     ncol + ((lane >> 4) << 3));
+            tc::ldmatrix_x4_trans(r, bs + (kk + (lane & 7) + (((lane >> 3) & 1) << 3)) * LDB +
+                                         ncol + ((lane >> 4) << 3));
           }
           bf[2 * np][0] = r[0];
           bf[2 * np][1] = r[1];
@@ -588,7 +523,7 @@ __global__ void __launch_bounds__(256, 1)
           for (int q = 0; q < 4; ++q) {
             const int mm = wm0 + mi * 16 + g + ((q & 1) << 3);
             const int k = kk + t + ((q >> 1) << 2);
-            af[mi][q] = to_tf32(Lay::A_KM ? fa[k * LDA + mm] : fa[mm * LDA + k]);
+            af[mi][q] = tc::to_tf32(Lay::A_KM ? fa[k * LDA + mm] : fa[mm * LDA + k]);
           }
         }
 #pragma unroll
@@ -597,7 +532,7 @@ __global__ void __launch_bounds__(256, 1)
           for (int q = 0; q < 2; ++q) {
             const int nn = wn0 + ni * 8 + g;
             const int k = kk + t + (q << 2);
-            bf[ni][q] = to_tf32(Lay::B_NK ? fb[nn * LDB + k] : fb[k * LDB + nn]);
+            bf[ni][q] = tc::to_tf32(Lay::B_NK ? fb[nn * LDB + k] : fb[k * LDB + nn]);
           }
         }
       }
@@ -606,14 +541,14 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           if constexpr (TF32) {
-            mma_1688_tf32(acc[mi][ni], af[mi], bf[ni]);
+            tc::mma_m16n8k8_tf32(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
           } else {
-            mma_16816(acc[mi][ni], af[mi], bf[ni], T{});
+            tc::mma_m16n8k16(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1], T{});
           }
         }
     }
   }
-  cp_async_wait<0>();  // only empty groups are left; leave nothing in flight at exit
+  tc::cp_async_wait<0>();  // only empty groups are left; leave nothing in flight at exit
 
   // Accumulator q of fragment (mi, ni): row g + 8*(q/2), column 2t + q%2.
   T* C = c + oc;

@@ -7,7 +7,10 @@
 //         rows) or reduce_block (a block per row, optionally split over `splits` blocks per
 //         row); both read contiguous rows in 16-byte packs;
 //   cols: out[o * inner + i] = reduce(x[start(o) + r * rs + i] for r < n), the reduced axis outside
-//         a contiguous inner axis; reduce_cols (each thread column i, coalesced over i).
+//         a contiguous inner axis; reduce_cols (each thread column i, or one 16-byte pack of
+//         columns, coalesced over i; for narrow inner axes) or reduce_cols_wide (each thread
+//         several packs of columns, a block a strip of columns and a slab of rows, many row
+//         loads in flight; for wide inner axes).
 // Split reductions write one partial result per (output, split) and a second reduce_group launch
 // over those partials (PartialOp) finishes them. Every order of combination is fixed by the
 // shape and the launch configuration, which depend only on the shape: results are bitwise
@@ -160,6 +163,144 @@ __global__ void __launch_bounds__(256)
         }
       }
       __syncthreads();  // the tile is rewritten next
+    }
+  }
+}
+
+
+// --- wide column strips ---------------------------------------------------------------------------
+
+// PACKS packs of VEC columns per thread (VEC > 1: 16-byte packs); pack p of lane tx starts at
+// column (p * warp_size + tx) * VEC of the strip, so every load instruction of a warp reads
+// warp_size * VEC consecutive columns of one row.
+template <class T, int VEC> IGNIS_DEV Pack<T, VEC> load_pack_upto(const T* p, int valid) {
+  if (valid >= VEC) return load_pack<T, VEC>(p);
+  Pack<T, VEC> r;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    if (e < valid) r.e[e] = p[e];
+  }
+  return r;
+}
+
+// Rows begin + ty, begin + ty + by, ... (< end) of the thread's packs into acc, in that order.
+// FULL: every pack of the thread lies inside the inner axis; otherwise valid[p] (0..VEC) of
+// pack p's columns do (the scalar tail of a strip at the end of the axis).
+template <class T, class Op, int VEC, int PACKS, bool FULL>
+IGNIS_DEV void cols_wide_rows(typename Op::acc_t (&acc)[PACKS][VEC], const typename Op::acc_t (&c)[PACKS][VEC],
+                              const T* first, const int (&valid)[PACKS], int64 begin, int64 end, int ty, int by,
+                              int64 rs) {
+  // Full strips: four rows of PACKS packs in flight before any is combined (4 * PACKS * 16
+  // bytes per thread). The tail strip loads its columns one by one (a register each), one row
+  // at a time, so that it needs no more registers than a full one.
+  constexpr int U = FULL ? 4 : 1;
+  const int64 step = (int64)by * rs;
+  int64 r = begin + ty;
+  const T* row = first + r * rs;
+  for (; r + (U - 1) * by < end; r += U * by, row += U * step) {
+    Pack<T, VEC> v[U][PACKS];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const T* q = row + u * step + p * warp_size * VEC;
+        v[u][p] = FULL ? load_pack<T, VEC>(q) : load_pack_upto<T, VEC>(q, valid[p]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (FULL || e < valid[p]) acc[p][e] = Op::combine(acc[p][e], Op::load(v[u][p].e[e], c[p][e], r + u * by));
+        }
+      }
+    }
+  }
+  for (; r < end; r += by, row += step) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const T* q = row + p * warp_size * VEC;
+      const Pack<T, VEC> v = FULL ? load_pack<T, VEC>(q) : load_pack_upto<T, VEC>(q, valid[p]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (FULL || e < valid[p]) acc[p][e] = Op::combine(acc[p][e], Op::load(v.e[e], c[p][e], r));
+      }
+    }
+  }
+}
+
+// The cols problem of reduce_cols for wide inner axes. A block of (warp_size, by) threads
+// (by <= 8) owns a strip of S = warp_size * PACKS * VEC consecutive columns of outer row o and
+// rows [split * chunk, min(n, (split + 1) * chunk)) of the reduced axis; thread (tx, ty) reads
+// rows ty, ty + by, ... of its PACKS packs. Units (o, split, strip) run strip-fastest, so blocks
+// running side by side read neighbouring strips of the same rows. The by partial results of a
+// column are combined in shared memory in the order ty = 0, 1, ..., by - 1. With splits == 1
+// the block writes out[o * inner + i], otherwise partials[split * outer_rows * inner + o * inner + i]
+// (a second launch combines the splits of each column in order 0, 1, ...). With VEC > 1: x is
+// 16-byte aligned and rs and every row start are multiples of VEC (inner need not be: the
+// last strip reads its tail column by column).
+template <class T, class O, class Op, int VEC, int PACKS>
+__global__ void __launch_bounds__(256, 3)
+    reduce_cols_wide(const T* __restrict__ x, O* __restrict__ out, typename Op::acc_t* __restrict__ partials,
+                     const typename Op::acc_t* __restrict__ center, OuterLayout outer, int64 outer_rows,
+                     int64 inner, int64 n, int64 rs, int64 splits, int64 chunk, double div) {
+  typedef typename Op::acc_t A;
+  constexpr int S = warp_size * PACKS * VEC;
+  IGNIS_SHARED_ARRAY(A, tile, S * 8);
+  const int tx = threadIdx.x, ty = threadIdx.y, by = blockDim.y;
+  const int tid = ty * warp_size + tx;
+  const int nthreads = warp_size * by;
+  const int64 strips = ceil_div(inner, (int64)S);
+  const int64 units = outer_rows * splits * strips;
+  for (int64 unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const int64 strip = unit % strips;
+    const int64 rest = unit / strips;
+    const int64 split = rest % splits;
+    const int64 o = rest / splits;
+    const int64 col0 = strip * S;
+    const int64 begin = split * chunk;
+    const int64 end = min64(n, begin + chunk);
+    A acc[PACKS][VEC];
+    A c[PACKS][VEC];
+    int valid[PACKS];
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int64 left = inner - (col0 + (int64)(p * warp_size + tx) * VEC);
+      valid[p] = left <= 0 ? 0 : (left >= VEC ? VEC : (int)left);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        acc[p][e] = Op::identity();
+        c[p][e] = Op::identity();
+        if (center && e < valid[p]) c[p][e] = center[o * inner + col0 + (p * warp_size + tx) * VEC + e];
+      }
+    }
+    const T* first = x + offset_of(outer, o) + col0 + tx * VEC;
+    if (col0 + S <= inner) {
+      cols_wide_rows<T, Op, VEC, PACKS, true>(acc, c, first, valid, begin, end, ty, by, rs);
+    } else {
+      cols_wide_rows<T, Op, VEC, PACKS, false>(acc, c, first, valid, begin, end, ty, by, rs);
+    }
+    __syncthreads();  // the previous unit's tile has been read
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) tile[ty * S + (p * warp_size + tx) * VEC + e] = acc[p][e];
+    }
+    __syncthreads();
+    for (int k = tid; k < S; k += nthreads) {
+      const int64 col = col0 + k;
+      if (col < inner) {
+        A v = tile[k];
+        for (int j = 1; j < by; ++j) v = Op::combine(v, tile[j * S + k]);
+        const int64 out_index = o * inner + col;
+        if (splits == 1) {
+          out[out_index] = Op::template finish<O>(v, div);
+        } else {
+          partials[split * outer_rows * inner + out_index] = v;
+        }
+      }
     }
   }
 }

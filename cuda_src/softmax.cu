@@ -10,6 +10,9 @@
 //   softmax_warp   n <= 32 * ITEMS: one warp per row, the row held in registers (read once);
 //   softmax_block  n <= blockDim.x * VEC * ITEMS: one block per row, the row in registers,
 //                  16-byte loads and stores when VEC > 1 (read once);
+//   softmax_packed n <= blockDim.x * 8 * ITEMS, float16/bfloat16: like softmax_block but the
+//                  row stays in registers as loaded (two elements a register), so two blocks
+//                  share an SM; maximum on 16-bit pairs, exp on the special function unit;
 //   softmax_online longer rows: one block per row; one pass for the running maximum and sum,
 //                  one pass to write;
 //   softmax_cols   the axis lies outside a contiguous inner axis: threads own columns.
@@ -142,6 +145,132 @@ __global__ void __launch_bounds__(1024, 1)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) o[e] = cvt_out<O>(log_out ? v[k][e] - log_s : v[k][e] / s);
         store_values<O, VEC>(q + idx, o);
+      }
+    }
+  }
+}
+
+// --- 16-bit rows kept as loaded -----------------------------------------------------------------
+
+// Two 16-bit floats in a 32-bit word (element 0 in the low half): maximum of two pairs, the
+// pair (-inf, -inf), each half as float, and two floats rounded (to nearest even) into a pair.
+// The maximum returns the other operand where one is NaN; softmax_packed relies on that being
+// harmless (see there). sm_80 and later.
+template <class T> struct Pair;
+template <> struct Pair<bfloat16> {
+  static IGNIS_DEV uint32 max(uint32 a, uint32 b) {
+    uint32 d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+  static IGNIS_DEV uint32 lowest() { return 0xff80ff80u; }
+  static IGNIS_DEV float lo(uint32 w) { return __uint_as_float(w << 16); }
+  static IGNIS_DEV float hi(uint32 w) { return __uint_as_float(w & 0xffff0000u); }
+  static IGNIS_DEV uint32 pack(float lo_value, float hi_value) {
+    uint32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi_value), "f"(lo_value));
+    return d;
+  }
+};
+template <> struct Pair<float16> {
+  static IGNIS_DEV uint32 max(uint32 a, uint32 b) {
+    uint32 d;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+  }
+  static IGNIS_DEV uint32 lowest() { return 0xfc00fc00u; }
+  static IGNIS_DEV float lo(uint32 w) { return to_float(float16{(uint16)(w & 0xffffu)}); }
+  static IGNIS_DEV float hi(uint32 w) { return to_float(float16{(uint16)(w >> 16)}); }
+  static IGNIS_DEV uint32 pack(float lo_value, float hi_value) {
+    uint32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi_value), "f"(lo_value));
+    return d;
+  }
+};
+
+IGNIS_DEV uint32 word_of(const uint4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
+// exp(z) for z <= 0 (or NaN) as 2^(z * log2(e)) on the special function unit: relative error
+// at most about 5e-6 (rounding z * log2(e) for z near -87; 3e-7 near z = 0), far below a
+// 16-bit float's rounding (2e-3 for float16's last place); results below 2^-126 flush to zero.
+IGNIS_DEV float exp_fast(float z) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z * 1.4426950408889634f));
+  return r;
+}
+
+// Softmax rows of 16-bit floats (T = float16 or bfloat16, out the same type). One block per
+// row; thread t holds 16-byte packs t, t + B, ... (ITEMS of them, 8 elements each) as loaded,
+// a register per two elements: half of what softmax_block needs, so two blocks of up to 512
+// threads share an SM and one block's loads overlap the other's arithmetic and stores.
+// exp(x - max) is evaluated in the sum pass and again in the write pass rather than kept.
+// Rows start 16-byte aligned in x and out; n is a multiple of 8.
+//
+// Arithmetic: the maximum is taken on the 16-bit pairs (exact; a NaN is skipped there, but a
+// NaN anywhere still makes the sum, and so the whole row, NaN, as in softmax_block; +inf or
+// only -inf make x - max NaN for some element, and so the row NaN too); z = x - max and the
+// sum of exp(z) in float; softmax = exp(z) * (1 / sum), log-softmax = z - log(sum), rounded
+// once to T.
+template <class T, int ITEMS>
+__global__ void __launch_bounds__(512, 2)
+    softmax_packed(const T* __restrict__ x, T* __restrict__ out, OuterLayout outer, int64 rows, int64 n, bool log_out) {
+  static_assert(sizeof(T) == 2, "softmax_packed: 16-bit elements");
+  constexpr int VEC = 8;
+  typedef Pair<T> P;
+  IGNIS_SHARED_ARRAY(float, scratch, warp_size);
+  const int64 nthreads = blockDim.x;
+  for (int64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* p = x + offset_of(outer, row);
+    T* q = out + row * n;
+    uint4 v[ITEMS];
+    // Every load of the row is issued before any value is used.
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int64 idx = ((int64)k * nthreads + threadIdx.x) * VEC;
+      if (idx < n) v[k] = __ldg(reinterpret_cast<const uint4*>(p + idx));
+    }
+    uint32 m2 = P::lowest();
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int64 idx = ((int64)k * nthreads + threadIdx.x) * VEC;
+      if (idx < n) {
+        m2 = P::max(m2, P::max(P::max(v[k].x, v[k].y), P::max(v[k].z, v[k].w)));
+      }
+    }
+    float m = fmaxf(P::lo(m2), P::hi(m2));
+    m = block_reduce<MaxOp<float>>(m, scratch);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int64 idx = ((int64)k * nthreads + threadIdx.x) * VEC;
+      if (idx < n) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32 w = word_of(v[k], j);
+          s += exp_fast(P::lo(w) - m) + exp_fast(P::hi(w) - m);
+        }
+      }
+    }
+    s = block_reduce<SumOp<float>>(s, scratch);
+    const float log_s = logf(s);
+    const float inv_s = 1.0f / s;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int64 idx = ((int64)k * nthreads + threadIdx.x) * VEC;
+      if (idx < n) {
+        uint32 o[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32 w = word_of(v[k], j);
+          const float z0 = P::lo(w) - m, z1 = P::hi(w) - m;
+          o[j] = log_out ? P::pack(z0 - log_s, z1 - log_s) : P::pack(exp_fast(z0) * inv_s, exp_fast(z1) * inv_s);
+        }
+        uint4 r;
+        r.x = o[0];
+        r.y = o[1];
+        r.z = o[2];
+        r.w = o[3];
+        store16(q + idx, r);
       }
     }
   }

@@ -5,6 +5,8 @@
 //   * ldmatrix_x4 / ldmatrix_x4_trans: four 8x8 16-bit matrices from shared memory;
 //   * mma_m16n8k16: d += A(16x16, row) * B(16x8, col) for float16 / bfloat16 with float32
 //     accumulation;
+//   * mma_m16n8k8_tf32 / to_tf32: d += A(16x8, row) * B(8x8, col) with TF32 inputs (float32
+//     rounded to 10 mantissa bits) and float32 accumulation;
 //   * pack_pair<T>: two floats rounded to T and packed into one 32-bit fragment register;
 //   * cp_async_16 / cp_async_commit / cp_async_wait<N>: global -> shared copies that do not
 //     stall the issuing thread.
@@ -15,6 +17,9 @@
 //   B: b0 = (rows k = 2t, 2t+1, col g), b1 = (rows k = 2t+8, 2t+9, col g);
 //   C/D: c0, c1 = (row g, cols 2t, 2t+1); c2, c3 = (row g+8, cols 2t, 2t+1).
 // In every register the element with the lower index sits in the low 16 bits.
+// Fragment layout of mma.m16n8k8 with TF32 (one 32-bit element per register):
+//   A: a0 = (row g, col t), a1 = (row g+8, col t), a2 = (row g, col t+4), a3 = (row g+8, col t+4);
+//   B: b0 = (row k = t, col g), b1 = (row k = t+4, col g); C/D as for m16n8k16.
 // A host emulator (tests) defines IGNIS_TC_HOST_EMULATION and provides these functions itself.
 #pragma once
 
@@ -60,6 +65,23 @@ IGNIS_DEV void mma_m16n8k16(float (&d)[4], const uint32 (&a)[4], uint32 b0, uint
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += A(16x8) * B(8x8), TF32 inputs (the registers hold to_tf32 values), float32 accumulation.
+IGNIS_DEV void mma_m16n8k8_tf32(float (&d)[4], const uint32 (&a)[4], uint32 b0, uint32 b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// float -> TF32 (10 mantissa bits, as a 32-bit pattern), rounding to nearest with ties away
+// from zero.
+IGNIS_DEV uint32 to_tf32(float x) {
+  uint32 r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
 }
 
 template <class T> IGNIS_DEV uint32 pack_pair(float lo, float hi) {

@@ -102,6 +102,13 @@ def _torch_sdpa(q: Any, k: Any, v: Any, causal: bool) -> Any:
     return t.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def _torch_packed(qkv: Any, heads: int, causal: bool) -> Any:
+    b, n, d3 = qkv.shape
+    d = d3 // 3
+    t = qkv.reshape(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+    return _torch_sdpa(t[0], t[1], t[2], causal).permute(0, 2, 1, 3).reshape(b, n, d)
+
+
 S = (3, 4)
 CASES: list[Case] = [
     # arithmetic, broadcasting, scalars on either side
@@ -249,6 +256,24 @@ CASES: list[Case] = [
     Case("matmul_vec_vec", lambda a, b: a @ b, lambda a, b: a @ b, (Arg((4,)), Arg((4,)))),
     Case("matmul_vec_batched", lambda a, b: a @ b, lambda a, b: a @ b, (Arg((4,)), Arg((2, 4, 3)))),
     Case("add_bias", lambda a, b: a.add_bias(b), lambda a, b: a + b, (Arg((2, 3, 4)), Arg((4,)))),
+    Case(
+        "linear",
+        lambda x, w, b: ag.linear(x, w, b),
+        lambda x, w, b: _tt().nn.functional.linear(x, w, b),
+        (Arg((2, 3, 4)), Arg((5, 4)), Arg((5,))),
+    ),
+    Case(
+        "linear_no_bias_1d",
+        lambda x, w: ag.linear(x, w),
+        lambda x, w: _tt().nn.functional.linear(x, w),
+        (Arg((4,)), Arg((5, 4))),
+    ),
+    Case(
+        "linear_2d_frozen_weight",
+        lambda x, w, b: ag.linear(x, w, b),
+        lambda x, w, b: _tt().nn.functional.linear(x, w, b),
+        (Arg((3, 4)), Arg((5, 4), grad=False), Arg((5,))),
+    ),
     # shape
     Case("reshape", lambda a: a.reshape(4, 3) * 1.5, lambda a: a.reshape(4, 3) * 1.5, (Arg(S),)),
     Case(
@@ -426,6 +451,18 @@ CASES: list[Case] = [
         lambda q, k, v: ag.scaled_dot_product_attention(q, k, v, causal=True),
         lambda q, k, v: _torch_sdpa(q, k, v, True),
         (Arg((1, 2, 5, 8)), Arg((1, 2, 7, 8)), Arg((1, 2, 7, 8))),
+    ),
+    Case(
+        "packed_attention_causal",
+        lambda qkv: ag.packed_attention(qkv, 2, causal=True),
+        lambda qkv: _torch_packed(qkv, 2, True),
+        (Arg((2, 5, 24)),),
+    ),
+    Case(
+        "packed_attention",
+        lambda qkv: ag.packed_attention(qkv, 3),
+        lambda qkv: _torch_packed(qkv, 3, False),
+        (Arg((1, 4, 18)),),
     ),
     # composites: a leaf used many times; a checkpointed block
     Case(

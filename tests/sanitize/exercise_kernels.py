@@ -158,6 +158,14 @@ class Driver:
                     self.run(fn, col, row)
                     self.run(fn, a, 3)
                     self.run(fn, 2, a[::2])
+                # the row- and column-broadcast kernels: a dense matrix against a row or a
+                # column on either side, vector and scalar widths (n odd or not)
+                mat = self.arr((3, n), dtype)
+                rowv, colv = self.arr((n,), dtype), self.arr((3, 1), dtype)
+                for op in ("add", "multiply", "greater"):
+                    fn = getattr(ignis, op)
+                    for pair in ((mat, rowv), (rowv, mat), (mat, colv), (colv, mat)):
+                        self.run(fn, *pair)
             x = self.arr((n,), "float32")
             self.run(ignis.add, x, self.arr((n,), "float16"))  # mixed dtypes
             self.run(ignis.where, x > 0, x, self.arr((1,), "float32"))

@@ -237,7 +237,8 @@ _LAUNCH_TAIL = (
     "    result = launch_kernel(",
     "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
     "    release_block(packed)  # the driver has copied the values: the block is free again",
-    "    check(result, 'cuLaunchKernel')",
+    "    if result[0]:  # a status other than success (0): check() raises its CudaError",
+    "        check(result, 'cuLaunchKernel')",
     "state.launches += 1",
 )
 _LAUNCH_SIGNATURE = "grid, block, args=(), *, shared_mem=0, stream=None, cooperative=False"

@@ -38,6 +38,7 @@ from ._array._nn_attention import attention, attention_backward, decode_attentio
 from ._array._nn_optim import (
     amp_update_scale_,
     multi_tensor_adam_,
+    multi_tensor_batch,
     multi_tensor_clip_,
     multi_tensor_l2_norm,
     multi_tensor_scale_,
@@ -45,6 +46,17 @@ from ._array._nn_optim import (
 )
 
 # --- [end optim]
+
+# --- [activation]
+from ._array._nn_activation import (
+    gelu_backward,
+    relu_backward,
+    sigmoid_backward,
+    silu_backward,
+    tanh_backward,
+)
+
+# --- [end activation]
 
 __all__: list[str] = [
     # --- [indexing]
@@ -70,6 +82,7 @@ __all__: list[str] = [
     "decode_attention",
     # --- [end attention]
     # --- [optim]
+    "multi_tensor_batch",
     "multi_tensor_sgd_",
     "multi_tensor_adam_",
     "multi_tensor_l2_norm",
@@ -77,4 +90,11 @@ __all__: list[str] = [
     "multi_tensor_clip_",
     "amp_update_scale_",
     # --- [end optim]
+    # --- [activation]
+    "gelu_backward",
+    "silu_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "relu_backward",
+    # --- [end activation]
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ._errors import AutogradError, GradcheckError, GraphFreedError
 from . import amp, nn, optim
-from .attention import decode_attention, scaled_dot_product_attention
+from .attention import decode_attention, packed_attention, scaled_dot_product_attention
 from .checkpoint import checkpoint
 from .device import Device, DeviceProperties
 from .functional import (
@@ -33,6 +33,7 @@ from .functional import (
     exp,
     gelu,
     layer_norm,
+    linear,
     log,
     log_softmax,
     matmul,
@@ -113,6 +114,7 @@ __all__ = [
     "concatenate",
     "stack",
     "add_bias",
+    "linear",
     "softmax",
     "log_softmax",
     "cross_entropy",
@@ -122,6 +124,7 @@ __all__ = [
     "dropout",
     "rope",
     "scaled_dot_product_attention",
+    "packed_attention",
     "decode_attention",
     "nn",
     "optim",

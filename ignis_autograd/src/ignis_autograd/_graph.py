@@ -172,7 +172,7 @@ def _freed_error(node: Node) -> GraphFreedError:
 class _Run:
     """State of one backward walk: pending gradients per node and the buffers it owns."""
 
-    __slots__ = ("heap", "grads", "owned", "retain", "visited")
+    __slots__ = ("heap", "grads", "owned", "retain", "visited", "pending")
 
     def __init__(self, retain: bool):
         self.heap: list[tuple[int, Node]] = []
@@ -182,6 +182,9 @@ class _Run:
         self.owned: dict[int, NvArray] = {}
         self.retain = retain
         self.visited: list[Node] = []
+        # Contributions still to come per scanned node (its incoming edges), so the last one can
+        # be told apart; None once checkpointing injects nodes the scan did not count.
+        self.pending: dict[Node, int] | None = {}
 
     # -- graph checks ----------------------------------------------------------------------
     def scan(self, root: Node) -> None:
@@ -189,15 +192,19 @@ class _Run:
         seen = {id(root)}
         stack = [root]
         visited = self.visited
+        pending = self.pending
+        pending[root] = 1  # the gradient run_backward injects
         while stack:
             node = stack.pop()
             if node.released:
                 raise _freed_error(node)
             visited.append(node)
             for e in node.edges:
-                if type(e) is Node and id(e) not in seen:
-                    seen.add(id(e))
-                    stack.append(e)
+                if type(e) is Node:
+                    pending[e] = pending.get(e, 0) + 1
+                    if id(e) not in seen:
+                        seen.add(id(e))
+                        stack.append(e)
 
     # -- contributions ---------------------------------------------------------------------
     def inject(self, target: Tensor, grad: NvArray, fresh: bool = False) -> None:
@@ -207,6 +214,8 @@ class _Run:
         and the walk carries on through the recomputed nodes, which are the newest.
         """
         node = target.grad_fn
+        if self.heap or self.grads or (self.visited and self.visited[0] is not node):
+            self.pending = None  # a recomputed subgraph joins the walk: counts no longer hold
         if node is not None:
             self._to_node(node, grad, fresh)
         elif target.requires_grad:
@@ -217,6 +226,12 @@ class _Run:
             raise _freed_error(node)
         grads = self.grads
         prev = grads.get(node)
+        pending = self.pending
+        last = False
+        if pending is not None:
+            left = pending.get(node, 0) - 1
+            pending[node] = left
+            last = left == 0
         if prev is None:
             grads[node] = g
             if fresh:
@@ -232,7 +247,15 @@ class _Run:
         # Out of place: prev may be shared (a view of another gradient, the user's grad_output);
         # half-precision sums are formed in float32 and rounded once, when the node runs.
         owned.pop(id(prev), None)
-        new = (prev.astype(_F32) if half else prev) + g
+        if not half:
+            new = prev + g
+        elif g.dtype is _F32 or (last and g.dtype is pd):
+            # One kernel, the same bits: a 16-bit operand widens exactly inside the add, and a
+            # 16-bit add is the float32 sum rounded once, which is what the node would have
+            # received from the float32 sum of its last two contributions.
+            new = prev + g
+        else:
+            new = prev.astype(_F32) + g
         owned[id(new)] = new
         grads[node] = new
 

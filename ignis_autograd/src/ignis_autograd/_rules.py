@@ -184,18 +184,40 @@ def _sqrt(g, need, out):
     return (g / (out * 2.0),)
 
 
+# The activations' rules are one fused kernel each (ignis.nn.*_backward) when the gradient's
+# dtype is the saved array's, or float32 for a 16-bit one (the dtypes the walk hands over); any
+# other pair keeps the composite formula, whose dtype promotion it then follows.
+
+_FUSED_GRAD = {
+    ignis.float16: (ignis.float16, ignis.float32),
+    ignis.bfloat16: (ignis.bfloat16, ignis.float32),
+    ignis.float32: (ignis.float32,),
+    ignis.float64: (ignis.float64,),
+}
+
+
+def _fused(g, s):
+    return g.dtype in _FUSED_GRAD.get(s.dtype, ()) and g.shape == s.shape
+
+
 @rule("tanh")
 def _tanh(g, need, out):
+    if _fused(g, out):
+        return (ignis.nn.tanh_backward(g, out),)
     return (g * (1.0 - out * out),)
 
 
 @rule("sigmoid")
 def _sigmoid(g, need, out):
+    if _fused(g, out):
+        return (ignis.nn.sigmoid_backward(g, out),)
     return (g * out * (1.0 - out),)
 
 
 @rule("relu")
 def _relu(g, need, out):
+    if _fused(g, out):
+        return (ignis.nn.relu_backward(g, out),)
     return (ignis.where(out > 0, g, 0.0),)
 
 
@@ -205,6 +227,8 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 @rule("gelu")
 def _gelu(g, need, x, approximate):
+    if _fused(g, x):
+        return (ignis.nn.gelu_backward(g, x, approximate=approximate),)
     if approximate == "tanh":
         x2 = x * x
         t = ignis.tanh((x + x2 * x * 0.044715) * _SQRT_2_PI)
@@ -217,6 +241,8 @@ def _gelu(g, need, x, approximate):
 
 @rule("silu")
 def _silu(g, need, x):
+    if _fused(g, x):
+        return (ignis.nn.silu_backward(g, x),)
     s = ignis.sigmoid(x)
     return (g * s * (x * (1.0 - s) + 1.0),)
 
@@ -297,6 +323,18 @@ def _matmul(g, need, a, b, sa, sb):
             gb = _unb(ignis.matmul(a2, g2, transpose_a=True), sb2)
         gb = gb.reshape(sb)
     return ga, gb
+
+
+@rule("linear")
+def _linear(g, need, x2, w, sx):
+    # inputs (x, weight[, bias]); x2 is x folded to (rows, in), saved only for the weight's
+    # gradient, w only for x's.
+    g2 = g if g.ndim == 2 else g.reshape(-1, g.shape[-1])
+    gx = ignis.matmul(g2, w).reshape(sx) if need[0] else None
+    gw = ignis.matmul(g2, x2, transpose_a=True) if need[1] else None
+    if len(need) == 2:
+        return gx, gw
+    return gx, gw, g2.sum(axis=0) if need[2] else None
 
 
 @rule("add_bias", fresh=False)
@@ -477,3 +515,16 @@ def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq,
         dk.reshape(sk) if need[1] else None,
         dv.reshape(sv) if need[2] else None,
     )
+
+
+@rule("packed_attention")
+def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h):
+    # input qkv (B, T, 3 * dim); q/k/v/out saved as (1, B * H, T, hd)
+    b, n, dim = g.shape
+    hd = dim // h
+    g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3).reshape(1, b * h, n, hd)
+    dq, dk, dv = ignis.nn.attention_backward(g4, q, k, v, out, lse, causal=causal, scale=scale)
+    grad = ignis.empty((b, n, 3, h, hd), dtype=dq.dtype, device=dq.device)
+    for i, d in enumerate((dq, dk, dv)):  # each head-major gradient into its block of qkv
+        grad[:, :, i] = d.reshape(b, h, n, hd).permute(0, 2, 1, 3)
+    return (grad.reshape(b, n, 3 * dim),)

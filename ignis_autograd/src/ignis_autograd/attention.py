@@ -30,7 +30,7 @@ from ignis import NvArray, ShapeError
 from .functional import where
 from .tensor import Tensor, apply, as_data
 
-__all__ = ["scaled_dot_product_attention", "decode_attention"]
+__all__ = ["scaled_dot_product_attention", "packed_attention", "decode_attention"]
 
 _FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _MAX_FUSED_HEAD_DIM = 128
@@ -108,6 +108,42 @@ def scaled_dot_product_attention(
     out = out4.reshape(qd.shape)
     ctx = (q4, k4, v4, out4, lse, causal, s, qd.shape, kd.shape, vd.shape)
     return apply("scaled_dot_product_attention", out, (q, k, v), ctx)
+
+
+def packed_attention(
+    qkv: Any, n_heads: int, causal: bool = False, scale: float | None = None
+) -> Tensor:
+    """Multi-head attention of a packed projection: ``qkv`` ``(B, T, 3 * dim)`` holds the q, k
+    and v blocks along its last axis, ``n_heads`` heads of ``dim / n_heads`` inside each; the
+    result ``(B, T, dim)`` has the heads merged back. The same values as splitting the heads
+    out, :func:`scaled_dot_product_attention` and merging them, recorded as one op: the
+    backward pass writes dq, dk and dv straight into one ``qkv`` gradient.
+
+    Example: ``y = packed_attention(x @ w_qkv, n_heads=6, causal=True)`` for x ``(B, T, 384)``.
+    """
+    data = as_data(qkv)
+    if not isinstance(data, NvArray) or data.ndim != 3 or data.shape[-1] % 3:
+        got = data.shape if isinstance(data, NvArray) else type(data).__name__
+        raise ShapeError(f"packed_attention: qkv must be (batch, T, 3 * dim), got {got}")
+    b, n, three_dim = data.shape
+    dim = three_dim // 3
+    if not isinstance(n_heads, int) or n_heads <= 0 or dim % n_heads:
+        raise ValueError(
+            f"packed_attention: n_heads must be a positive divisor of dim={dim}, got {n_heads!r}"
+        )
+    h, hd = n_heads, dim // n_heads
+    heads = data.reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd), a view
+    if not _fusable(heads[0], heads[1], heads[2]):
+        qkv_t = _tensor(qkv, data).reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)
+        out = scaled_dot_product_attention(qkv_t[0], qkv_t[1], qkv_t[2], causal, scale)
+        return out.permute(0, 2, 1, 3).reshape(b, n, dim)
+    s = 1.0 / math.sqrt(hd) if scale is None else float(scale)
+    causal = bool(causal)
+    # one strided copy gathers the heads of all three; q, k and v are contiguous views of it
+    q4, k4, v4 = heads.reshape(3, 1, b * h, n, hd)
+    out4, lse = ignis.nn.attention(q4, k4, v4, causal=causal, scale=s)
+    out = out4.reshape(b, h, n, hd).permute(0, 2, 1, 3).reshape(b, n, dim)
+    return apply("packed_attention", out, (qkv,), (q4, k4, v4, out4, lse, causal, s, h))
 
 
 def decode_attention(

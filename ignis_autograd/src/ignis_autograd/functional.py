@@ -27,6 +27,7 @@ from ._graph import HALF
 from ._rules import shape_of
 from .tensor import (
     Tensor,
+    _wants_grad,
     add,
     apply,
     as_data,
@@ -72,6 +73,7 @@ __all__ = [
     "concatenate",
     "stack",
     "add_bias",
+    "linear",
     "softmax",
     "log_softmax",
     "cross_entropy",
@@ -221,6 +223,44 @@ def stack(tensors: Sequence[Any], axis: int = 0) -> Tensor:
 def add_bias(x: Any, bias: Any) -> Tensor:
     """``x + bias`` for a 1-D bias matching the last dimension of ``x``."""
     return _tensor(x, "add_bias").add_bias(bias)
+
+
+def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
+    """``x @ weight.T + bias`` over the last dimension of ``x`` (any leading dimensions), as
+    one recorded op: ``weight`` is ``(out, in)``, ``bias`` None or ``(out,)``.
+
+    The leading dimensions fold into the rows of one GEMM; the backward pass is two GEMMs
+    (``g @ weight`` and ``g.T @ x``, the weight's gradient in the weight's own layout) and a
+    column sum for the bias.
+
+    Example: ``y = ag.linear(x, w, b)`` for ``x (8, 10, 64)``, ``w (256, 64)``, ``b (256,)``.
+    """
+    dx, dw = as_data(x), as_data(weight)
+    db = None if bias is None else as_data(bias)
+    for name, v in (("x", dx), ("weight", dw), ("bias", db)):
+        if v is not None and not isinstance(v, NvArray):
+            raise TypeError(f"linear: {name} must be a Tensor or NvArray, got {type(v).__name__}")
+    if dw.ndim != 2:
+        raise ShapeError(f"linear: weight must be 2-D (out, in), got shape {dw.shape}")
+    n, k = dw.shape
+    if dx.ndim < 1 or dx.shape[-1] != k:
+        raise ShapeError(
+            f"linear: x of shape {dx.shape} does not end in weight's in-dimension {k} "
+            f"(expected (..., {k}))"
+        )
+    if db is not None and db.shape != (n,):
+        raise ShapeError(f"linear: bias has shape {db.shape}, expected ({n},)")
+    sx = dx.shape
+    x2 = dx if dx.ndim == 2 else dx.reshape(-1, k)
+    y = ignis.matmul(x2, dw, transpose_b=True)
+    if db is not None:
+        y = y + db
+    if dx.ndim != 2:
+        y = y.reshape(*sx[:-1], n)
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    # keep an operand only for the other one's gradient (as matmul does)
+    ctx = (x2 if _wants_grad(weight) else None, dw if _wants_grad(x) else None, sx)
+    return apply("linear", y, inputs, ctx)
 
 
 # --- neural-network functions -------------------------------------------------------------------

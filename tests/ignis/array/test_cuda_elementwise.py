@@ -121,6 +121,41 @@ def _binary_names() -> list[str]:
     return names
 
 
+def _bcast_names() -> list[str]:
+    """binary_bcast: every op on every dtype (b a row, vectors); every side, kind and width on a
+    few dtypes; mixed operand dtypes (an in-place bfloat16 += float32 row among them)."""
+    names = []
+    for op in sem.BINARY_OPS:
+        f = ew._BINARY_FUNCTOR[op]
+        for d in ALL_DTYPES:
+            if d is dt.bool_ and op in ("subtract", "power"):
+                continue
+            compute = dt.float64 if op == "divide" and d.kind != "f" else d
+            out = dt.bool_ if op in sem.COMPARISON_OPS else compute
+            base = (f, WORK[compute], CTYPE[out], CTYPE[d], CTYPE[d])
+            names.append(ew.kernel_name("binary_bcast", *base, 2, ew.ROW, _natural_v(out, d)))
+            if d in (dt.float32, dt.bfloat16, dt.float16, dt.int8, dt.float64) and op in (
+                "add",
+                "multiply",
+                "maximum",
+                "less",
+            ):
+                for side, kind in itertools.product((1, 2), (ew.ROW, ew.COLUMN)):
+                    for v in (_natural_v(out, d), 1):
+                        names.append(ew.kernel_name("binary_bcast", *base, side, kind, v))
+    mixed = [
+        ("add", dt.float32, dt.bfloat16, dt.bfloat16, dt.float32),
+        ("multiply", dt.float64, dt.float64, dt.int32, dt.float32),
+        ("less", dt.float32, dt.bool_, dt.float16, dt.float32),
+        ("power", dt.int64, dt.int64, dt.bool_, dt.int64),
+    ]
+    for op, compute, out, a, b in mixed:
+        base = (ew._BINARY_FUNCTOR[op], WORK[compute], CTYPE[out], CTYPE[a], CTYPE[b])
+        for side, kind in itertools.product((1, 2), (ew.ROW, ew.COLUMN)):
+            names.append(ew.kernel_name("binary_bcast", *base, side, kind, _natural_v(out, a, b)))
+    return names
+
+
 def _where_names() -> list[str]:
     names = []
     for d in ALL_DTYPES:
@@ -184,6 +219,7 @@ def _random_names() -> list[str]:
 NAME_SETS = {
     "unary": _unary_names,
     "binary": _binary_names,
+    "binary_bcast": _bcast_names,
     "where": _where_names,
     "copy_fill_arange": _copy_names,
 }
@@ -267,6 +303,28 @@ def test_contiguous_kernels_use_16_byte_accesses(ctype: str, v: int) -> None:
     # both vector loads of an iteration are issued before the first store
     first_store = body.index(stores[0].split()[0])
     assert body.count("ld.global.v", 0, first_store) >= 4
+
+
+@pytest.mark.parametrize("kind", [ew.ROW, ew.COLUMN])
+@pytest.mark.parametrize("ctype,v", [("float", 4), ("ignis::bfloat16", 8)])
+def test_broadcast_kernels_use_16_byte_accesses_and_no_division_in_the_loop(
+    ctype: str, v: int, kind: int
+) -> None:
+    w = "float" if "16" in ctype else ctype
+    name = ew.kernel_name("binary_bcast", "ignis::ew::op_add", w, ctype, ctype, ctype, 2, kind, v)
+    obj = _compile([name], arch="compute_90")
+    body = _kernel_ptx(obj.code.decode(), obj.lowered_names[name])
+    loads = re.findall(r"ld\.global\.(?:v4\.\w+|v2\.(?:u64|b64))", body)  # 16 bytes each
+    stores = re.findall(r"st\.global\.(?:v4\.\w+|v2\.(?:u64|b64))", body)
+    # bcast_unroll dense vectors (and as many row vectors) in flight per iteration
+    per_iteration = ew.BCAST_UNROLL * (2 if kind == ew.ROW else 1)
+    assert len(loads) >= per_iteration and len(stores) >= ew.BCAST_UNROLL, body[:3000]
+    first_store = body.index(stores[0].split()[0])
+    assert len(re.findall(r"ld\.global\.v", body[:first_store])) >= per_iteration
+    # The row/column position is walked, not divided: the two divisions of the set-up are
+    # all (a 64-bit division is a call or a long inline sequence, before the loop only).
+    loop = body[body.index("ld.global") :]
+    assert "div.s64" not in loop and "rem.s64" not in loop and "div.u64" not in loop
 
 
 def test_scalar_path_of_the_contiguous_kernels_has_no_vector_loads() -> None:
@@ -388,6 +446,31 @@ def test_is_contiguous() -> None:
     assert not _strided.is_contiguous((2, 3), (4, 8), 4)
     assert not _strided.is_contiguous((3,), (0,), 4)
     assert _strided.is_contiguous((1,), (0,), 4)
+
+
+@pytest.mark.parametrize(
+    "shape,strides,itemsize,expected",
+    [
+        ((4, 3), (0, 4), 4, (ew.ROW, 3)),  # (3,) against (4, 3)
+        ((5, 4, 3), (0, 12, 4), 4, (ew.ROW, 12)),  # (4, 3) against (5, 4, 3)
+        ((5, 4, 3), (0, 0, 2), 2, (ew.ROW, 3)),  # (3,) against (5, 4, 3)
+        ((5, 1, 3), (0, 99, 8), 8, (ew.ROW, 3)),  # size-1 dims take any stride
+        ((4, 3), (4, 0), 4, (ew.COLUMN, 3)),  # (4, 1) against (4, 3)
+        ((2, 4, 3), (16, 4, 0), 4, (ew.COLUMN, 3)),  # (2, 4, 1) against (2, 4, 3)
+        ((2, 4, 3), (4, 0, 0), 4, (ew.COLUMN, 12)),  # (2, 1, 1) against (2, 4, 3)
+        ((4, 3), (0, 0), 4, (ew.COLUMN, 12)),  # one value
+        ((7,), (0,), 1, (ew.COLUMN, 7)),
+        ((4, 3), (12, 4), 4, None),  # dense
+        ((4, 3), (0, 8), 4, None),  # a strided row
+        ((4, 3), (8, 0), 4, None),  # a strided column
+        ((3, 4, 5), (0, 4, 0), 4, None),  # broadcast on both sides of a dense dim
+        ((3, 4, 5), (20, 0, 4), 4, None),  # dense on both sides of a broadcast dim
+        ((4, 3), (0, -4), 4, None),  # a reversed row
+        ((1, 1), (0, 0), 4, None),  # one element: the contiguous kernels
+    ],
+)
+def test_broadcast_kind_recognizes_rows_and_columns(shape, strides, itemsize, expected) -> None:
+    assert ew.broadcast_kind(shape, strides, itemsize) == expected
 
 
 # ==================================================================================================
@@ -588,6 +671,27 @@ class EmulatedKernel:
         with np.errstate(all="ignore"):
             res = _as(_reference_binary(functor, a, b), NP_OF_CTYPE[to])
         MEMORY.scatter(args[0], off[0], res, NP_OF_CTYPE[to])
+
+    def _binary_bcast(self, args: list) -> None:
+        # out and the dense operand: element i; the broadcast operand: i % inner (row) or
+        # i // inner (column). Vector accesses need the run length and the vector-read pointers
+        # aligned, as the kernel does.
+        functor, w, to, ta, tb, side, kind, v = self.targs
+        side, kind, v = int(side), int(kind), int(v)
+        out, pa, pb, n, inner = args
+        assert n >= 1 and inner >= 1 and n % inner == 0
+        sizes = [NP_OF_CTYPE[t].itemsize for t in (to, ta, tb)]
+        assert v == 1 or (inner % v == 0 and v * max(sizes) == 16)
+        vector_read = [True, side == 2 or kind == 0, side == 1 or kind == 0]
+        for p, size, vec in zip((out, pa, pb), sizes, vector_read, strict=True):
+            assert p % ((v if vec else 1) * size) == 0, f"{self.name}: {p:#x} misaligned"
+        i = np.arange(n, dtype=np.int64)
+        index = i % inner if kind == 0 else i // inner
+        a = self._load(pa, (index if side == 1 else i) * sizes[1], ta, w)
+        b = self._load(pb, (index if side == 2 else i) * sizes[2], tb, w)
+        with np.errstate(all="ignore"):
+            res = _as(_reference_binary(functor, a, b), NP_OF_CTYPE[to])
+        MEMORY.scatter(out, i * sizes[0], res, NP_OF_CTYPE[to])
 
     def _where(self, args: list) -> None:
         w, to, tc, ta, tb, forms = self.targs[:6]
@@ -893,6 +997,146 @@ def test_emulated_mixed_dtypes_and_broadcasting(emu, pair, rng) -> None:
     _same(ignis.where(bc > 0, ac, bc), ignis.where(bg > 0, ag, bg))
 
 
+def _bcast_launches() -> list[str]:
+    return [name for name, _, _ in EmulatedKernel.launches if "binary_bcast" in name]
+
+
+@pytest.mark.parametrize("d", ALL_DTYPES, ids=str)
+def test_emulated_broadcast_kernels_match_cpu(emu, d, rng) -> None:
+    # Rows and columns on either side, vector and scalar widths, every op the dtype takes.
+    for op, fn in BINARY_CALLS.items():
+        if d is dt.bool_ and op in ("subtract", "power"):
+            continue
+        full = _rand(rng, (3, 16), d, positive=op == "power" and d.kind == "f")
+        for small_shape in ((16,), (3, 1), (1, 16), (1, 1)):
+            small = _rand(rng, small_shape, d, positive=op == "power" and d.kind == "f")
+            fc, fg = _pair(full, emu, "contiguous")
+            sc, sg = _pair(small, emu, "contiguous")
+            EmulatedKernel.launches.clear()
+            _same(fn(fc, sc), fn(fg, sg))
+            _same(fn(sc, fc), fn(sg, fg))
+            assert len(_bcast_launches()) == 2, (op, small_shape, EmulatedKernel.launches)
+
+
+@pytest.mark.parametrize(
+    "full_shape,small_shape,side,kind,v",
+    [
+        ((4, 8), (8,), 2, ew.ROW, 4),
+        ((4, 7), (7,), 2, ew.ROW, 1),  # 7 floats: rows are not whole vectors
+        ((2, 3, 8), (3, 8), 2, ew.ROW, 4),
+        ((5, 12), (5, 1), 2, ew.COLUMN, 4),
+        ((5, 6), (5, 1), 2, ew.COLUMN, 1),
+        ((3, 2, 4), (3, 2, 1), 1, ew.COLUMN, 4),
+        ((6, 4), (1, 1), 1, ew.COLUMN, 4),  # one value: a column as long as the output
+        ((4, 33), (33,), 1, ew.ROW, 1),
+    ],
+)
+def test_emulated_broadcast_dispatch_picks_side_kind_and_width(
+    emu, rng, full_shape, small_shape, side, kind, v
+) -> None:
+    full = rng.standard_normal(full_shape).astype(np.float32)
+    small = rng.standard_normal(small_shape).astype(np.float32)
+    fc, fg = _pair(full, emu, "contiguous")
+    sc, sg = _pair(small, emu, "contiguous")
+    EmulatedKernel.launches.clear()
+    if side == 2:
+        _same(fc - sc, fg - sg)
+    else:
+        _same(sc - fc, sg - fg)
+    assert _bcast_launches() == [
+        ew.kernel_name(
+            "binary_bcast",
+            "ignis::ew::op_subtract",
+            "float",
+            "float",
+            "float",
+            "float",
+            side,
+            kind,
+            v,
+        )
+    ]
+
+
+def test_emulated_broadcast_alignment_and_layout_fallbacks(emu, rng) -> None:
+    def name(kind: int, v: int) -> str:
+        return ew.kernel_name(
+            "binary_bcast", "ignis::ew::op_add", "float", "float", "float", "float", 2, kind, v
+        )
+
+    # Dense views starting one element in: rows of 8 floats, but the dense operand or the row
+    # off a 16-byte boundary -> the same kernel, one element per access. A column is read one
+    # value at a time, so its alignment does not matter.
+    full8 = rng.standard_normal((6, 8)).astype(np.float32)
+    row8 = rng.standard_normal(8).astype(np.float32)
+    col = rng.standard_normal((6, 1)).astype(np.float32)
+    EmulatedKernel.launches.clear()
+    for full_layout, small, small_layout in (
+        ("offset", row8, "contiguous"),
+        ("contiguous", row8, "offset"),
+        ("contiguous", row8, "contiguous"),
+        ("offset", col, "contiguous"),
+        ("contiguous", col, "offset"),
+    ):
+        fc, fg = _pair(full8, emu, full_layout)
+        sc, sg = _pair(small, emu, small_layout)
+        _same(fc + sc, fg + sg)
+    assert _bcast_launches() == [
+        name(ew.ROW, 1),
+        name(ew.ROW, 1),
+        name(ew.ROW, 4),
+        name(ew.COLUMN, 1),
+        name(ew.COLUMN, 4),
+    ]
+    full = rng.standard_normal((6, 9)).astype(np.float32)
+    row = rng.standard_normal(9).astype(np.float32)
+    fc, fg = _pair(full, emu, "contiguous")
+    rc, rg = _pair(row, emu, "contiguous")
+    # A non-contiguous dense operand, a strided row or a strided output: the strided kernel.
+    EmulatedKernel.launches.clear()
+    _same(fc[:, 1:] + rc[1:], fg[:, 1:] + rg[1:])  # a[:, 1:]: rows with gaps
+    _same(fc[:, ::2] + rc[::2], fg[:, ::2] + rg[::2])
+    _same(fc.T * rc.reshape(9, 1), fg.T * rg.reshape(9, 1))  # a transposed dense side
+    _same(fc[:, ::3] + rc[:3], fg[:, ::3] + rg[:3])
+    assert _bcast_launches() == []
+    assert all("binary_strided" in name for name, _, _ in EmulatedKernel.launches)
+    # In place into a non-contiguous output: strided; into a dense one: the broadcast kernel.
+    EmulatedKernel.launches.clear()
+    gc_, gg = fc.clone(), fg.clone()
+    gc_[:, ::2] += rc[:5]
+    gg[:, ::2] += rg[:5]
+    _same(gc_, gg)
+    gc_ += rc
+    gg += rg
+    _same(gc_, gg)
+    binary = [n for n, _, _ in EmulatedKernel.launches if "binary" in n]
+    assert ["binary_bcast" in n for n in binary] == [False, True]
+
+
+def test_emulated_broadcast_mixed_dtypes_and_empty(emu, rng) -> None:
+    for da, db in (("bfloat16", "float32"), ("int8", "float16"), ("float64", "int32")):
+        a = _rand(rng, (5, 24), dt.as_dtype(da))
+        b = _rand(rng, (24,), dt.as_dtype(db))
+        c = _rand(rng, (5, 1), dt.as_dtype(db))
+        (ac, ag), (bc, bg), (cc, cg) = (_pair(x, emu, "contiguous") for x in (a, b, c))
+        EmulatedKernel.launches.clear()
+        for fn in (ignis.add, ignis.multiply, ignis.less):
+            _same(fn(ac, bc), fn(ag, bg))
+            _same(fn(cc, ac), fn(cg, ag))
+        assert len(_bcast_launches()) == 6
+    # bfloat16 accumulating a float32 row in place (gradient of a bias)
+    acc_c, acc_g = _pair(_rand(rng, (4, 16), dt.bfloat16), emu, "contiguous")
+    row_c, row_g = _pair(_rand(rng, (16,), dt.float32), emu, "contiguous")
+    ignis.accumulate(acc_c, row_c)
+    ignis.accumulate(acc_g, row_g)
+    _same(acc_c, acc_g)
+    empty = NvArray.empty((0, 8), device=emu)
+    EmulatedKernel.launches.clear()
+    empty + NvArray.zeros((8,), device=emu)
+    NvArray.zeros((0, 1), device=emu) * empty
+    assert EmulatedKernel.launches == [] or all("fill" in n for n, _, _ in EmulatedKernel.launches)
+
+
 def test_emulated_where_forms(emu, rng) -> None:
     cond = rng.random((5, 6)) < 0.5
     a = rng.standard_normal((5, 6)).astype(np.float32)
@@ -1012,11 +1256,15 @@ def test_emulated_launches_once_per_op_and_reuses_kernels(emu, rng) -> None:
     a = NvArray.from_host(rng.standard_normal(1000).astype(np.float32), device=emu)
     b = NvArray.from_host(rng.standard_normal(1000).astype(np.float32), device=emu)
     EmulatedKernel.launches.clear()
-    compiled = len(ew._kernels)
+
+    def compiled() -> int:  # distinct kernels (one may be kept under two keys)
+        return len({id(k) for k in ew._kernels.values()})
+
+    before = compiled()
     for _ in range(3):
         a + b
     assert len(EmulatedKernel.launches) == 3
-    assert len(ew._kernels) == compiled + 1
+    assert compiled() == before + 1
     name, grid, block = EmulatedKernel.launches[0]
     assert name.endswith("0, 4>") and grid == 1 and block == 256
 

@@ -6,10 +6,11 @@ Runs anywhere (no GPU):
   * the planning helpers (BLAS layouts, batch collapsing, kernel layouts, launches);
   * every own-kernel template instance compiles with NVRTC for sm_80 and sm_90, without warnings,
     with the instructions it is written for (ldmatrix, mma.sync, cp.async, 16-byte loads);
-  * the kernels themselves run on a host emulator of the CUDA features they use: each thread is
-    a coroutine, ``__syncthreads`` and the warp-wide ldmatrix/mma are barriers met in a shuffled
-    order, ``ldmatrix``/``mma`` follow the PTX ISA fragment layouts, and cp.async poisons its
-    destination until it is waited for. Results are compared with NumPy in float64.
+  * the kernels themselves run on a host emulator of the CUDA features they use (tc_emulator.py,
+    shared with the attention tests): each thread is a coroutine, ``__syncthreads`` and the
+    warp-wide ldmatrix/mma are barriers met in a shuffled order, ``ldmatrix``/``mma`` follow the
+    PTX ISA fragment layouts, and cp.async poisons its destination until it is waited for.
+    Results are compared with NumPy in float64; faulty primitives and broken kernels are caught.
 
 On a GPU (``gpu`` marker): every dtype through cuBLAS, the own kernels and the own FMA kernels,
 against NumPy float64 (and torch where installed): odd shapes, k = 0, batches with broadcast
@@ -34,6 +35,7 @@ import types
 import ml_dtypes
 import numpy as np
 import pytest
+import tc_emulator
 from ignis._array._cuda_backend import matmul as mm
 
 import ignis
@@ -508,228 +510,14 @@ def test_fma_kernels_use_16_byte_accesses(isolated_cache):
 
 # --- the kernels on a host emulator -------------------------------------------------------------
 
-EMULATOR_SOURCE = r"""
-// Host emulator of the GEMM kernels in matmul.cu: every CUDA thread of a block is a
-// coroutine; __syncthreads and the warp-collective primitives (ldmatrix, mma) are barriers
-// that the coroutines meet at, in a shuffled order. cp.async poisons its destination when
-// issued and copies when waited for, so a missing wait or barrier shows up as NaN.
+GEMM_PART = r"""
+// The GEMM kernels of matmul.cu on the emulator of tc_emulator.py.
 //
-// Build: c++ -std=c++17 -O2 -I<cuda_src> -DEMU_FAMILY=<0 tc|1 simt> -DEMU_T=<type>
-// Run:   emulator <input file> <output file>
-#include <ucontext.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <type_traits>
-#include <vector>
-
+// Build: c++ -std=c++17 -O1 -I<cuda_src> -DEMU_FAMILY=<0 tc|1 simt> -DEMU_T=<type>
+// Run:   emulator <input file> <output file>     (emulator --smem: the tc kernels' needs)
 #define IGNIS_GEMM_HOST_EMULATION 1
-#include "ignis_types.cuh"
-
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__ static
-#define IGNIS_GEMM_DEV inline
-
-struct Dim3 {
-  unsigned x, y, z;
-};
-
-namespace emu {
-
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "emulator: %s\n", what);
-  std::exit(3);
-}
-
-struct Copy {
-  void* dst;
-  const void* src;
-  int bytes;
-};
-
-struct Thread {
-  ucontext_t ctx;
-  Dim3 tid;
-  bool done = false;
-  std::vector<char> stack;
-  std::vector<Copy> open;                 // issued, not committed
-  std::vector<std::vector<Copy>> groups;  // committed, not waited for
-};
-
-struct Barrier {
-  int expected = 0, count = 0;
-  long gen = 0;
-};
-
-Thread* current = nullptr;
-ucontext_t scheduler;
-std::vector<Thread> threads;
-Dim3 block_idx, block_dim, grid_dim;
-long events = 0;
-Barrier block_barrier;
-
-struct WarpSlots {
-  Barrier bar;
-  int op[32];
-  const unsigned char* addr[32];
-  ignis::uint32 a[32][4];
-  ignis::uint32 b[32][2];
-  float c[32][4];
-};
-std::vector<WarpSlots> warps;
-
-unsigned char* dyn_smem = nullptr;
-size_t dyn_smem_size = 0;
-
-void yield() { swapcontext(&current->ctx, &scheduler); }
-
-void arrive_and_wait(Barrier& b) {
-  const long gen = b.gen;
-  ++events;
-  if (++b.count == b.expected) {
-    b.count = 0;
-    ++b.gen;
-    return;
-  }
-  while (b.gen == gen) yield();
-}
-
-void syncthreads() { arrive_and_wait(block_barrier); }
-
-int lane() { return (int)(current->tid.x & 31); }
-WarpSlots& warp() { return warps[current->tid.x / 32]; }
-
-// All 32 lanes deposit, meet, compute, meet again (so that no lane overwrites the slots
-// before every lane has read them).
-template <class Deposit, class Compute>
-void collective(int op, Deposit deposit, Compute compute) {
-  WarpSlots& w = warp();
-  const int l = lane();
-  deposit(w, l);
-  w.op[l] = op;
-  arrive_and_wait(w.bar);
-  for (int i = 0; i < 32; ++i)
-    if (w.op[i] != op) die("lanes of a warp reached different warp-collective operations");
-  compute(w, l);
-  arrive_and_wait(w.bar);
-}
-
-void check_smem(const void* p, size_t bytes, const char* what) {
-  const unsigned char* c = (const unsigned char*)p;
-  if (c < dyn_smem || c + bytes > dyn_smem + dyn_smem_size) {
-    std::fprintf(stderr, "emulator: %s outside the dynamic shared memory\n", what);
-    std::exit(3);
-  }
-  if (((size_t)(c - dyn_smem)) % 16 != 0) die("misaligned shared-memory address (16-byte access)");
-}
-
-void do_copies(std::vector<Copy>& group) {
-  for (Copy& c : group) {
-    std::memset(c.dst, 0, 16);
-    if (c.bytes > 0) std::memcpy(c.dst, c.src, (size_t)c.bytes);
-  }
-}
-
-struct GlobalRange {
-  const unsigned char* lo;
-  const unsigned char* hi;
-};
-std::vector<GlobalRange> readable;
-
-void check_global(const void* p, int bytes) {
-  const unsigned char* c = (const unsigned char*)p;
-  for (const GlobalRange& r : readable)
-    if (c >= r.lo && c + bytes <= r.hi) return;
-  die("cp.async reads outside the operands");
-}
-
-}  // namespace emu
-
-#define threadIdx (::emu::current->tid)
-#define blockIdx (::emu::block_idx)
-#define blockDim (::emu::block_dim)
-#define gridDim (::emu::grid_dim)
-inline void __syncthreads() { ::emu::syncthreads(); }
-
-// --- host versions of what ignis_types.cuh provides on the device ----------------------------
 
 namespace ignis {
-
-inline float half_bits_to_float(uint16 h) {
-  const uint32 sign = (uint32)(h & 0x8000u) << 16;
-  const int exp = (h >> 10) & 0x1f;
-  const uint32 man = h & 0x3ffu;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp((float)man, -24);
-  } else if (exp == 31) {
-    f = man ? NAN : INFINITY;
-  } else {
-    f = std::ldexp((float)(man | 0x400u), exp - 25);
-  }
-  uint32 u;
-  std::memcpy(&u, &f, 4);
-  u |= sign;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// float -> binary16, round to nearest even (through double: exact for the rounding decision).
-inline uint16 float_to_half_bits(float f) {
-  uint32 u;
-  std::memcpy(&u, &f, 4);
-  const uint16 sign = (uint16)((u >> 16) & 0x8000u);
-  if (std::isnan(f)) return (uint16)(sign | 0x7e00u);
-  double a = std::fabs((double)f);
-  if (a >= 65520.0) return (uint16)(sign | 0x7c00u);
-  if (a < std::ldexp(1.0, -14)) {  // subnormal: units of 2^-24
-    double q = std::nearbyint(a * std::ldexp(1.0, 24));  // default rounding: nearest even
-    return (uint16)(sign | (uint16)q);
-  }
-  int e;
-  double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  double q = std::nearbyint(m * 2048.0);  // 11 significant bits
-  if (q == 2048.0) {
-    q = 1024.0;
-    ++e;
-  }
-  const int biased = e - 1 + 15;
-  if (biased >= 31) return (uint16)(sign | 0x7c00u);
-  return (uint16)(sign | (uint16)(biased << 10) | (uint16)((uint32)q - 1024u));
-}
-
-template <class T> struct acc_type { typedef T type; };
-template <> struct acc_type<float16> { typedef float type; };
-template <> struct acc_type<bfloat16> { typedef float type; };
-
-template <class T> inline T to_acc(T v) { return v; }
-inline float to_acc(float16 v) { return half_bits_to_float(v.bits); }
-inline float to_acc(bfloat16 v) {
-  uint32 u = (uint32)v.bits << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-template <class T> inline T from_acc(typename acc_type<T>::type v) { return v; }
-template <> inline float16 from_acc<float16>(float v) { return float16{float_to_half_bits(v)}; }
-template <> inline bfloat16 from_acc<bfloat16>(float v) {
-  uint32 u;
-  std::memcpy(&u, &v, 4);
-  return bfloat16{detail::f32_bits_to_bf16_bits(u)};
-}
-
-// --- the GEMM primitives ---------------------------------------------------------------------
-
 namespace gemm {
 struct Vec16;
 
@@ -737,207 +525,10 @@ inline Vec16* dynamic_smem() { return reinterpret_cast<Vec16*>(::emu::dyn_smem);
 inline uint32 dynamic_smem_bytes() { return (uint32)::emu::dyn_smem_size; }
 [[noreturn]] inline void fail() { ::emu::die("kernel trapped: not enough dynamic shared memory"); }
 
-inline void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  ::emu::check_smem(smem, 16, "cp.async destination");
-  if (src_bytes < 0 || src_bytes > 16) ::emu::die("cp.async source size out of range");
-  if (src_bytes > 0) {
-    if (((uintptr_t)gmem) % 16 != 0) ::emu::die("cp.async global source is not 16-byte aligned");
-    ::emu::check_global(gmem, src_bytes);
-  }
-  std::memset(smem, 0xff, 16);  // poison: visible as NaN until the copy is waited for
-  ::emu::current->open.push_back({smem, gmem, src_bytes});
-}
-inline void cp_async_commit() {
-  ::emu::current->groups.push_back(std::move(::emu::current->open));
-  ::emu::current->open.clear();
-}
-template <int N> inline void cp_async_wait() {
-  auto& g = ::emu::current->groups;
-  while ((int)g.size() > N) {
-    ::emu::do_copies(g.front());
-    g.erase(g.begin());
-  }
-}
-
-inline uint32 half_pair(const unsigned char* p) {  // two 16-bit elements, first in the low half
-  uint16 lo, hi;
-  std::memcpy(&lo, p, 2);
-  std::memcpy(&hi, p + 2, 2);
-  return (uint32)lo | ((uint32)hi << 16);
-}
-
-inline void ldmatrix_impl(uint32 (&r)[4], const void* row, bool trans) {
-  ::emu::check_smem(row, 16, "ldmatrix row");
-  ::emu::collective(
-      trans ? 2 : 1, [&](::emu::WarpSlots& w, int l) { w.addr[l] = (const unsigned char*)row; },
-      [&](::emu::WarpSlots& w, int l) {
-        const int g = l >> 2, t = l & 3;
-        for (int j = 0; j < 4; ++j) {
-          const unsigned char* const* rows = &w.addr[8 * j];
-          if (!trans) {
-            r[j] = half_pair(rows[g] + 4 * t);
-          } else {
-            uint16 lo, hi;
-            std::memcpy(&lo, rows[2 * t] + 2 * g, 2);
-            std::memcpy(&hi, rows[2 * t + 1] + 2 * g, 2);
-            r[j] = (uint32)lo | ((uint32)hi << 16);
-          }
-        }
-      });
-}
-inline void ldmatrix_x4(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, false); }
-inline void ldmatrix_x4_trans(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, true); }
-
-template <class T> inline float elem(uint32 reg, int half) {
-  T v;
-  v.bits = (uint16)(half ? reg >> 16 : reg & 0xffffu);
-  return to_acc(v);
-}
-
-// D = A(16x16) B(16x8) + C with the fragment layouts of the PTX ISA (mma.m16n8k16).
-template <class T>
-inline void mma_16816_impl(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2]) {
-  ::emu::collective(
-      sizeof(T) == 2 && std::is_same<T, bfloat16>::value ? 3 : 4,
-      [&](::emu::WarpSlots& w, int l) {
-        for (int i = 0; i < 4; ++i) w.a[l][i] = a[i], w.c[l][i] = d[i];
-        for (int i = 0; i < 2; ++i) w.b[l][i] = b[i];
-      },
-      [&](::emu::WarpSlots& w, int l) {
-        float A[16][16], B[16][8], C[16][8];
-        for (int ln = 0; ln < 32; ++ln) {
-          const int g = ln >> 2, t = ln & 3;
-          // a_i: row g (+8 for i in 2, 3, 6, 7), column 2t + (i & 1) (+8 for i >= 4)
-          for (int i = 0; i < 8; ++i) {
-            const int row = g + (((i >> 1) & 1) ? 8 : 0);
-            const int col = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
-            A[row][col] = elem<T>(w.a[ln][i >> 1], i & 1);
-          }
-          for (int i = 0; i < 4; ++i) {  // b_i: row 2t+(i&1) (+8 for i >= 2), col g
-            const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
-            B[row][g] = elem<T>(w.b[ln][i >> 1], i & 1);
-          }
-          for (int i = 0; i < 4; ++i) C[g + (i >= 2 ? 8 : 0)][2 * t + (i & 1)] = w.c[ln][i];
-        }
-        const int g = l >> 2, t = l & 3;
-        for (int i = 0; i < 4; ++i) {
-          const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-          float s = C[row][col];
-          for (int kk = 0; kk < 16; ++kk) s = std::fma(A[row][kk], B[kk][col], s);
-          d[i] = s;
-        }
-      });
-}
-inline void mma_16816(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2], bfloat16) {
-  mma_16816_impl<bfloat16>(d, a, b);
-}
-inline void mma_16816(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2], float16) {
-  mma_16816_impl<float16>(d, a, b);
-}
-
-inline float tf32_value(uint32 bits) {  // the tensor core reads 19 bits
-  bits &= 0xffffe000u;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-// D = A(16x8) B(8x8) + C, TF32 layouts of mma.m16n8k8.
-inline void mma_1688_tf32(float (&d)[4], const uint32 (&a)[4], const uint32 (&b)[2]) {
-  ::emu::collective(
-      5,
-      [&](::emu::WarpSlots& w, int l) {
-        for (int i = 0; i < 4; ++i) w.a[l][i] = a[i], w.c[l][i] = d[i];
-        for (int i = 0; i < 2; ++i) w.b[l][i] = b[i];
-      },
-      [&](::emu::WarpSlots& w, int l) {
-        float A[16][8], B[8][8], C[16][8];
-        for (int ln = 0; ln < 32; ++ln) {
-          const int g = ln >> 2, t = ln & 3;
-          A[g][t] = tf32_value(w.a[ln][0]);
-          A[g + 8][t] = tf32_value(w.a[ln][1]);
-          A[g][t + 4] = tf32_value(w.a[ln][2]);
-          A[g + 8][t + 4] = tf32_value(w.a[ln][3]);
-          B[t][g] = tf32_value(w.b[ln][0]);
-          B[t + 4][g] = tf32_value(w.b[ln][1]);
-          for (int i = 0; i < 4; ++i) C[g + (i >= 2 ? 8 : 0)][2 * t + (i & 1)] = w.c[ln][i];
-        }
-        const int g = l >> 2, t = l & 3;
-        for (int i = 0; i < 4; ++i) {
-          const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-          float s = C[row][col];
-          for (int kk = 0; kk < 8; ++kk) s = std::fma(A[row][kk], B[kk][col], s);
-          d[i] = s;
-        }
-      });
-}
-
-// cvt.rna.tf32.f32: keep 10 mantissa bits, round to nearest, ties away from zero.
-inline uint32 to_tf32(float x) {
-  uint32 u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) == 0x7f800000u) return u;  // Inf, NaN
-  return (u + 0x1000u) & 0xffffe000u;
-}
-
 }  // namespace gemm
 }  // namespace ignis
 
 #include "matmul.cu"
-
-// --- driver ----------------------------------------------------------------------------------
-
-namespace emu {
-
-std::function<void()> body;
-
-void trampoline() {
-  body();
-  if (!current->open.empty() || !current->groups.empty())
-    die("a thread exited with cp.async copies in flight");
-  current->done = true;
-  ++events;
-  swapcontext(&current->ctx, &scheduler);
-}
-
-void run_block(int nthreads, std::mt19937& rng) {
-  threads.clear();
-  threads.resize((size_t)nthreads);
-  warps.assign((size_t)(nthreads + 31) / 32, WarpSlots{});
-  for (auto& w : warps) w.bar.expected = 32;
-  block_barrier = Barrier{};
-  block_barrier.expected = nthreads;
-  if (dyn_smem) std::memset(dyn_smem, 0xff, dyn_smem_size);
-  for (int i = 0; i < nthreads; ++i) {
-    Thread& t = threads[(size_t)i];
-    t.tid = Dim3{(unsigned)i, 0, 0};
-    t.stack.resize(256 * 1024);
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = t.stack.data();
-    t.ctx.uc_stack.ss_size = t.stack.size();
-    t.ctx.uc_link = nullptr;
-    makecontext(&t.ctx, trampoline, 0);
-  }
-  std::vector<int> order((size_t)nthreads);
-  for (int i = 0; i < nthreads; ++i) order[(size_t)i] = i;
-  for (;;) {
-    const long before = events;
-    bool all_done = true;
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int i : order) {
-      Thread& t = threads[(size_t)i];
-      if (t.done) continue;
-      all_done = false;
-      current = &t;
-      swapcontext(&scheduler, &t.ctx);
-      current = nullptr;
-    }
-    if (all_done) break;
-    if (events == before) die("deadlock: the live threads wait at barriers the others never reach");
-  }
-}
-
-}  // namespace emu
 
 struct Header {
   char magic[8];           // "IGNEMU1\0"
@@ -1018,23 +609,10 @@ int main(int argc, char** argv) {
   const EMU_T* b = (const EMU_T*)real(B, h.b_ptr);
   EMU_T* c = (EMU_T*)real(C, h.c_ptr);
 
-  std::vector<unsigned char> smem(h.smem + 16);
-  emu::dyn_smem = h.smem ? smem.data() : nullptr;
-  emu::dyn_smem_size = h.smem;
-  emu::grid_dim = Dim3{h.grid[0], h.grid[1], h.grid[2]};
-  emu::block_dim = Dim3{h.threads, 1, 1};
   std::mt19937 rng((unsigned)h.seed);
   LaunchFn fn = pick(h.la, h.lb);
-  std::vector<Dim3> blocks;
-  for (unsigned z = 0; z < h.grid[2]; ++z)
-    for (unsigned y = 0; y < h.grid[1]; ++y)
-      for (unsigned x = 0; x < h.grid[0]; ++x) blocks.push_back(Dim3{x, y, z});
-  std::shuffle(blocks.begin(), blocks.end(), rng);
-  for (const Dim3& blk : blocks) {
-    emu::block_idx = blk;
-    emu::body = [&] { fn(a, b, c, p); };
-    emu::run_block((int)h.threads, rng);
-  }
+  emu::launch(Dim3{h.grid[0], h.grid[1], h.grid[2]}, (int)h.threads, h.smem,
+              [&] { fn(a, b, c, p); }, rng);
   for (size_t i = 0; i < guard; ++i)
     if (C[i] != 0xff || C[guard + h.c_bytes + i] != 0xff)
       emu::die("the kernel wrote outside the output");
@@ -1048,32 +626,16 @@ int main(int argc, char** argv) {
 
 EMU_BASE = 1 << 32  # fake device address of every emulated buffer's first byte
 EMU_HEADER = struct.Struct("<8s2i4I9Q")
-_emulators: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
     """``build(family, dtype)`` -> path of the emulator executable (compiled once per module)."""
-    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if compiler is None:
-        pytest.skip("needs a host C++ compiler")
-    if sys.platform != "linux":
-        pytest.skip("the emulator's coroutines use Linux ucontext")
-    root = tmp_path_factory.mktemp("gemm-emulator")
-    source = root / "gemm_emulator.cpp"
-    source.write_text(EMULATOR_SOURCE)
+    builder = tc_emulator.Builder(tmp_path_factory.mktemp("gemm-emulator"), "gemm", GEMM_PART)
 
-    def build(family: str, dtype: str) -> str:
-        key = (family, dtype)
-        if key not in _emulators or not os.path.exists(_emulators[key]):
-            exe = root / f"emu_{family}_{dtype}"
-            cmd = [compiler, "-std=c++17", "-O1", "-Wall", "-Wno-unknown-pragmas",
-                   f"-I{_sources.cuda_src_dir()}", f"-DEMU_FAMILY={0 if family == 'tc' else 1}",
-                   f"-DEMU_T={CXX[dtype]}", str(source), "-o", str(exe)]
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            assert out.returncode == 0, f"emulator build failed:\n{out.stderr[-4000:]}"
-            _emulators[key] = str(exe)
-        return _emulators[key]
+    def build(family: str, dtype: str, fault: int = 0) -> str:
+        return str(builder.build(f"{family}_{dtype}_{fault}", EMU_FAMILY=0 if family == "tc" else 1,
+                                 EMU_T=CXX[dtype], EMU_FAULT=fault))
 
     return build
 
@@ -1145,8 +707,7 @@ def emulate(exe: str, launch: mm.GemmLaunch, a: HostOperand, b: HostOperand, c: 
         f.write(launch.args)
         for op in (a, b, c):
             f.write(op.storage.tobytes())
-    r = subprocess.run([exe, str(inp), str(out)], capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, f"{launch.kernel}: {r.stderr.strip()}"
+    tc_emulator.run(exe, [inp, out], launch.kernel)
     c.storage[...] = np.frombuffer(out.read_bytes(), dtype=c.storage.dtype)
 
 
@@ -1218,10 +779,58 @@ def test_tf32_emulation_differs_from_float32(emulator, tmp_path):
     assert fma < 1e-6 < tc < TF32_TOL
 
 
+# The comparisons can fail: a wrong tensor-core primitive (a fault built into the emulator) or a
+# kernel without one of its waits or barriers gives results that are caught.
+# What a caught error says: results off, NaN where none belongs, or the emulator stopped the kernel.
+CAUGHT = r"elements off|NaN pattern differs|emulator: "
+FAULTS = {"mma-drops-a-k-term": 1, "ldmatrix-trans-does-not-transpose": 2,
+          "cp-async-wait-leaves-a-group": 3}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault, dtype):
+    if dtype == "float32" and fault.startswith("ldmatrix"):
+        pytest.skip("the TF32 kernel loads its fragments without ldmatrix")
+
+    def faulty(family: str, dt_name: str) -> str:
+        return emulator(family, dt_name, FAULTS[fault])
+
+    with pytest.raises(AssertionError, match=CAUGHT):
+        run_emulated(faulty, tmp_path, "tc", dtype, (), 130, 67, 200, ("row", "row"))
+
+
+MUTATIONS = {  # name: (family, text of matmul.cu, replacement)
+    "tc-without-cp-async-wait": ("tc", "tc::cp_async_wait<STAGES - 2>();", ""),
+    "tc-without-barrier": ("tc", "__syncthreads();              // ...and everyone's", "//"),
+    "tc-b-fragments-not-transposed": ("tc", "tc::ldmatrix_x4_trans(r, bs", "tc::ldmatrix_x4(r, bs"),
+    "simt-without-barrier": ("simt", "    }\n    __syncthreads();\n  }\n\n  T* C = c + oc;",
+                             "    }\n  }\n\n  T* C = c + oc;"),
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS))
+def test_a_broken_kernel_is_caught(tmp_path, mutation):
+    family, text, replacement = MUTATIONS[mutation]
+    src = tmp_path / "cuda_src"
+    shutil.copytree(_sources.cuda_src_dir(), src)
+    kernel = (src / "matmul.cu").read_text()
+    assert kernel.count(text) == 1, f"{mutation}: the text to change is not in matmul.cu once"
+    (src / "matmul.cu").write_text(kernel.replace(text, replacement))
+    builder = tc_emulator.Builder(tmp_path, "gemm", GEMM_PART, cuda_src=src)
+    dtype = "bfloat16" if family == "tc" else "float32"
+
+    def broken(fam: str, dt_name: str) -> str:
+        return str(builder.build(f"{fam}_{dt_name}", EMU_FAMILY=0 if fam == "tc" else 1,
+                                 EMU_T=CXX[dt_name]))
+
+    with pytest.raises(AssertionError, match=CAUGHT):
+        run_emulated(broken, tmp_path, family, dtype, (), 130, 67, 200, ("row", "row"))
+
+
 def test_shared_memory_plan_matches_the_kernel(emulator):
     for dtype in ("float16", "bfloat16", "float32"):
-        out = subprocess.run([emulator("tc", dtype), "--smem"], capture_output=True, text=True,
-                             check=True, timeout=60)
+        out = tc_emulator.run(emulator("tc", dtype), ["--smem"], timeout=60)
         for line in out.stdout.split("\n"):
             if line.strip():
                 la, lb, nbytes = map(int, line.split())

@@ -214,6 +214,7 @@ class Emulator:
 
     def __init__(self):
         self.names: list[str] = []
+        self.wide: list[tuple] = []  # reduce_cols_wide launches: (vec, splits, tail, outer)
 
     def __call__(self, backend, source: str, name: str, grid, block, args) -> None:
         self.names.append(name)
@@ -281,6 +282,36 @@ class Emulator:
             else:
                 write(partials, op.acc, [k * splits + split], acc)
 
+    def reduce_cols_wide(self, targs, grid, bx, by, args):
+        t, o, op = np_type(targs[0]), np_type(targs[1]), EmOp(targs[2])
+        vec, packs = int(targs[3]), int(targs[4])
+        x, out, partials, center, layout, outer_rows, inner, n, rs, splits, chunk, div = args
+        assert bx == 32 and by in (1, 2, 4, 8), (bx, by)
+        assert packs == reduction.wide_packs(vec) and vec in (1, 16 // t.itemsize)
+        assert not op.kind.startswith("Arg")
+        assert (splits == 1) == (partials is None)
+        assert (splits - 1) * chunk < n <= splits * chunk, (n, splits, chunk)
+        strips = -(-inner // (32 * packs * vec))
+        assert grid == min(reduction.MAX_GRID, outer_rows * splits * strips)
+        # reduce_cols_wide's static tile: 8 rows of a strip's accumulators fit in 48 KiB
+        assert 8 * 32 * packs * vec * op.acc.itemsize <= 48 * 1024
+        offs = row_offsets(layout, np.arange(outer_rows))
+        if vec > 1:
+            # inner may leave a scalar tail; rows must start on 16-byte boundaries
+            assert vec * t.itemsize == 16 and x % 16 == 0 and rs % vec == 0
+            assert np.all(offs % vec == 0)
+        self.wide.append((vec, splits, inner % (32 * packs * vec) != 0, outer_rows > 1))
+        outputs = outer_rows * inner
+        for o_row, i, split in itertools.product(range(outer_rows), range(inner), range(splits)):
+            k = o_row * inner + i
+            idx = np.arange(split * chunk, min(n, split * chunk + chunk), dtype=np.int64)
+            c = read(center, op.acc, [k])[0] if center else None
+            acc = op.reduce(read(x, t, offs[o_row] + i + idx * rs), idx, c)
+            if splits == 1:
+                write(out, o, [k], op.finish(acc, div, o))
+            else:
+                write(partials, op.acc, [split * outputs + k], acc)
+
     # --- softmax.cu -----------------------------------------------------------------------------
 
     def _softmax_rows(self, t, o, x, out, layout, rows, n, log):
@@ -305,6 +336,15 @@ class Emulator:
             assert vec * t.itemsize == 16 and n % vec == 0 and x % 16 == 0 and out % 16 == 0
             assert np.all(row_offsets(layout, np.arange(rows)) % vec == 0)
         self._softmax_rows(t, o, x, out, layout, rows, n, log)
+
+    def softmax_packed(self, targs, grid, bx, by, args):
+        t, items = np_type(targs[0]), int(targs[1])
+        x, out, layout, rows, n, log = args
+        assert t in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+        assert bx <= 512 and bx % 32 == 0 and bx * 8 * items >= n and items <= 8
+        assert n % 8 == 0 and x % 16 == 0 and out % 16 == 0
+        assert np.all(row_offsets(layout, np.arange(rows)) % 8 == 0)
+        self._softmax_rows(t, t, x, out, layout, rows, n, log)
 
     def softmax_online(self, targs, grid, bx, by, args):
         t, o, vec = np_type(targs[0]), np_type(targs[1]), int(targs[2])
@@ -402,11 +442,21 @@ PLAN_CASES = [
 ]
 
 
+def _vec_arg(name: str) -> str:
+    """The elements-per-load template argument of kernel ``name`` ("1": single elements)."""
+    kind, args = split_name(name)
+    if kind == "reduce_cols_wide":
+        return args[3]
+    if kind == "softmax_packed":
+        return "8"
+    return args[-1]
+
+
 def _uses(name: str, kernel: str) -> bool:
     """Whether launch ``name`` is ``kernel`` ("reduce_cols+vec": with 16-byte packs)."""
     base, _, packed = kernel.partition("+")
-    kind, args = split_name(name)
-    return kind == base and (not packed or args[-1] != "1")
+    kind, _ = split_name(name)
+    return kind == base and (not packed or _vec_arg(name) != "1")
 
 
 @pytest.fixture
@@ -420,6 +470,32 @@ def small_thresholds(monkeypatch):
     monkeypatch.setattr(reduction, "TARGET_BLOCKS", 64)
     monkeypatch.setattr(reduction, "SOFTMAX_WARP_MAX_N", 64)
     monkeypatch.setattr(reduction, "STRIDED_MAX", 1 << 12)
+    # PLAN_CASES' column cases exercise reduce_cols; WIDE_CASES reduce_cols_wide.
+    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 1 << 40)
+
+
+@pytest.fixture
+def wide_thresholds(small_thresholds, monkeypatch):
+    # Reach reduce_cols_wide's strips, splits and tails on small inputs, on any device.
+    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 64)
+    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_ROWS", 8)
+    monkeypatch.setattr(reduction, "COLS_WIDE_UNIT_COST", 256)
+    monkeypatch.setattr(reduction, "_resident_blocks", lambda backend, name, block: 12)
+
+
+# Column reductions for reduce_cols_wide: (name, base shape, view, axes).
+WIDE_CASES = [
+    ("cols", (40, 300), None, (0,)),
+    ("cols-odd-stride", (37, 301), None, (0,)),  # rows not 16-byte aligned: single columns
+    ("cols-packed-tail", (30, 304), lambda a: a[:, :301], (0,)),  # 16-byte rows, a tail
+    ("cols-leading-axes", (6, 7, 260), None, (0, 1)),
+    ("cols-middle", (3, 50, 272), None, (1,)),  # several outer rows
+    ("cols-split", (2000, 72), None, (0,)),
+    ("cols-two-rows", (2, 1000), None, (0,)),
+    ("cols-broadcast", (1, 300), lambda a: a.broadcast_to((50, 300)), (0,)),  # row stride 0
+    ("cols-misaligned", (20, 261), lambda a: a[:, 1:], (0,)),
+    ("cols-reversed-rows", (40, 300), lambda a: a[::-1], (0,)),
+]
 
 
 @pytest.mark.parametrize("dtype", ALL)
@@ -447,6 +523,62 @@ def test_planned_var_ddof_and_count(emu, host_backend, small_thresholds, rng):
             got = _planned_reduce(host_backend, "var", x, axis, ddof)
             want = _reference_reduce("var", x, axis, ddof)
             np.testing.assert_allclose(got, want, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("op", OPS)
+def test_planned_wide_column_reductions(emu, host_backend, wide_thresholds, op, dtype, rng):
+    for name, shape, view, axis in WIDE_CASES:
+        x = _cpu(random_array(rng, shape, dtype), view)
+        emu.names.clear()
+        _check_planned(_planned_reduce(host_backend, op, x, axis), op, x, axis)
+        assert any(_uses(n, "reduce_cols_wide") for n in emu.names), (name, emu.names)
+    vecs = {v for v, *_ in emu.wide}
+    assert 1 in vecs and max(vecs) > 1
+    assert any(splits > 1 for _, splits, _, _ in emu.wide)
+    assert any(v > 1 and tail for v, _, tail, _ in emu.wide)  # a 16-byte strip with a tail
+    assert any(outer for *_, outer in emu.wide)
+
+
+def test_narrow_and_arg_column_reductions_keep_reduce_cols(emu, host_backend, rng):
+    x = _cpu(random_array(rng, (50, 300), "float32"))
+    _planned_reduce(host_backend, "sum", x, 0)
+    assert emu.names == ["ignis::reduce_cols_wide<float, float, ignis::SumOp<float>, 4, 2>"]
+    emu.names.clear()
+    out = NvArray.empty((1, 300), dtype="int64", device="cpu")
+    reduction.arg_reduce(host_backend, "argmax", out, x, 0)
+    assert [split_name(n)[0] for n in emu.names] == ["reduce_cols"]
+    np.testing.assert_array_equal(out.to_host()[0], np.argmax(x.to_host(), axis=0))
+    emu.names.clear()
+    _planned_reduce(host_backend, "max", _cpu(random_array(rng, (50, 100), "float32")), 0)
+    assert [split_name(n)[0] for n in emu.names] == ["reduce_cols"]  # 400 bytes: narrow
+
+
+def test_wide_columns_can_be_switched_off(emu, host_backend, monkeypatch, rng):
+    monkeypatch.setattr(reduction, "COLS_WIDE", False)
+    x = _cpu(random_array(rng, (50, 300), "bfloat16"))
+    got = _planned_reduce(host_backend, "sum", x, 0)
+    assert [split_name(n)[0] for n in emu.names] == ["reduce_cols"]
+    _check_planned(got, "sum", x, 0)
+
+
+def test_wide_splits_model():
+    ws = reduction.wide_splits
+    # float32 16384 x 16384 over axis 0: 64 strips of 256 columns; 3 blocks on each of 132 SMs
+    assert ws(64, 16384, 396, 1024, 16384 * 4) == 6  # one wave of 384 blocks
+    assert ws(32, 16384, 396, 1024, 16384 * 4) == 12  # bfloat16: 512-column strips
+    assert ws(396, 16384, 396, 1024, 4) == 1  # the strips alone fill a wave
+    assert ws(4000, 16384, 396, 1024, 4) == 1
+    assert ws(1, 100, 396, 1024, 4) == 1  # too few rows to split
+    assert ws(1, 1 << 20, 396, 1024, 4) > 100  # one strip of many rows: spread over the GPU
+    for units, n in ((1, 5000), (7, 300000), (100, 4099), (64, 16384)):
+        s = ws(units, n, 396, 1024, 4096)
+        assert 1 <= s <= max(1, n // reduction.COLS_WIDE_MIN_ROWS)
+
+
+def test_resident_blocks_without_a_device(host_backend):
+    name = "ignis::reduce_cols_wide<float, float, ignis::SumOp<float>, 4, 2>"
+    assert reduction._resident_blocks(host_backend, name, (32, 8)) == reduction.COLS_WIDE_RESIDENT
 
 
 @pytest.mark.parametrize("dtype", ALL)
@@ -499,6 +631,9 @@ SOFTMAX_CASES = [
     ((4, 200), None, 1, "softmax_block"),
     ((3, 203), None, 1, "softmax_block"),
     ((2, 20008), None, 1, "softmax_online"),
+    ((3, 208), None, 1, "softmax_packed"),  # 16-bit floats (others: softmax_block)
+    ((2, 3, 208), None, 2, "softmax_packed"),
+    ((3, 209), lambda a: a[:, 1:], 1, "softmax_block"),  # misaligned rows: not packed
     ((2, 20009), lambda a: a[:, 1:], 1, "softmax_online"),
     ((6, 33), None, 0, "softmax_cols"),
     ((2, 9, 5), None, 1, "softmax_cols"),
@@ -516,9 +651,13 @@ SOFTMAX_CASES = [
 def test_planned_softmax(emu, host_backend, small_thresholds, monkeypatch, dtype, log, rng):
     monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 4)
     monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES_NARROW", 2)
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_MIN_N", 200)
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_ITEMS", 1)
     for shape, view, axis, kernel in SOFTMAX_CASES:
         x = _cpu(random_array(rng, shape, dtype), view)
         o = sem.float_result(x.dtype)
+        if kernel == "softmax_packed" and dtype not in ("float16", "bfloat16"):
+            kernel = "softmax_block"
         emu.names.clear()
         out = NvArray.empty(x.shape, dtype=o, device="cpu")
         reduction.softmax(host_backend, out, x, axis, log)
@@ -577,6 +716,19 @@ def test_softmax_config():
     assert cfg(8192, 8, True, wide=True) == ("block", 2, 4, 1024)
     assert cfg(8193, 8, True, wide=True)[0] == "online"
     assert cfg(40000, 4, True)[0] == "online"
+    # float16/bfloat16 rows above 8192 elements: kept as loaded, 8 packs a thread
+    assert cfg(32768, 2, True, half=True) == ("packed", 8, 8, 512)
+    assert cfg(16384, 2, True, half=True) == ("packed", 8, 8, 256)
+    assert cfg(8200, 2, True, half=True) == ("packed", 8, 8, 256)
+    assert cfg(8192, 2, True, half=True) == ("block", 8, 4, 256)
+    assert cfg(32776, 2, True, half=True)[0] == "online"
+    assert cfg(32768, 2, False, half=True)[0] == "online"  # no 16-byte packs
+    assert cfg(1000, 2, True, half=True)[0] == "warp"
+
+
+def test_softmax_packed_can_be_switched_off(monkeypatch):
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED", False)
+    assert reduction.softmax_rows_config(32768, 2, True, half=True) == ("block", 8, 4, 1024)
 
 
 def test_hooks_reject_unknown_ops(host_backend):
@@ -598,6 +750,7 @@ def test_hooks_reject_unknown_ops(host_backend):
 def _planned_kernel_names(emu, backend, rng, monkeypatch) -> list[str]:
     """Every kernel name the planner launches over a sweep of ops x dtypes x layouts."""
     monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 32)
+    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 64)
     layouts = [
         ((3, 100), (1,)),
         ((300,), None),
@@ -605,6 +758,8 @@ def _planned_kernel_names(emu, backend, rng, monkeypatch) -> list[str]:
         ((50, 9), (0,)),
         ((50, 64), (0,)),
         ((40, 512), (1,)),
+        ((20, 300), (0,)),  # reduce_cols_wide with 16-byte packs
+        ((20, 301), (0,)),  # reduce_cols_wide with single columns
     ]
     for dtype in ALL:
         for shape, axis in layouts:
@@ -617,7 +772,7 @@ def _planned_kernel_names(emu, backend, rng, monkeypatch) -> list[str]:
                 reduction.arg_reduce(
                     backend, op, NvArray.empty(keep, dtype="int64", device="cpu"), x, ax
                 )
-        for shape in [(3, 10), (2, 200), (2, 208), (2, 100000), (7, 5)]:
+        for shape in [(3, 10), (2, 200), (2, 208), (2, 100000), (7, 5), (2, 16384)]:
             x = _cpu(random_array(rng, shape, dtype))
             out = NvArray.empty(shape, dtype=sem.float_result(x.dtype), device="cpu")
             reduction.softmax(backend, out, x, 1, False)
@@ -628,8 +783,10 @@ def _planned_kernel_names(emu, backend, rng, monkeypatch) -> list[str]:
         "reduce_group",
         "reduce_block",
         "reduce_cols",
+        "reduce_cols_wide",
         "softmax_warp",
         "softmax_block",
+        "softmax_packed",
         "softmax_online",
         "softmax_cols",
     }, kinds
@@ -653,11 +810,11 @@ def _covering(names: list[str]) -> list[str]:
     def features(name):
         kernel, args = split_name(name)
         family = kernel.split("_")[0]
-        packed = args[-1].isdigit() and args[-1] != "1"
+        packed = _vec_arg(name) != "1"
         return {
             ("kernel", kernel, packed),
             ("in", family, args[0]),
-            ("out", family, args[1]),
+            ("out", family, args[0] if kernel == "softmax_packed" else args[1]),
             ("op", args[2] if family == "reduce" else ""),
         }
 
@@ -695,6 +852,51 @@ def test_kernels_use_16_byte_accesses():
         code = ptx("softmax.cu", f"ignis::softmax_block<{t}, {t}, {vec}, 2>")
         assert "ld.global.nc.v4.u32" in code and "st.global.v4.b32" in code
         assert "local_depot" not in code  # the row stays in registers
+        code = ptx(
+            "reduction.cu", f"ignis::reduce_cols_wide<{t}, {t}, ignis::SumOp<float>, {vec}, 2>"
+        )
+        assert "ld.global.nc.v4.u32" in code
+    for t, pair in (("ignis::bfloat16", "bf16x2"), ("ignis::float16", "f16x2")):
+        code = ptx("softmax.cu", f"ignis::softmax_packed<{t}, 8>")
+        assert "ld.global.nc.v4.u32" in code and "st.global.v4.b32" in code
+        assert f"max.{pair}" in code and "ex2.approx.ftz.f32" in code
+        assert f"cvt.rn.{pair}.f32" in code
+        assert "local_depot" not in code
+
+
+# Kernels whose speed depends on keeping everything in registers at their launch bounds
+# (reduce_cols_wide: 3 blocks of 256 threads an SM; softmax_packed: 2 blocks of 512).
+NO_SPILL = {
+    "reduction.cu": [
+        "ignis::reduce_cols_wide<float, float, ignis::SumOp<float>, 4, 2>",
+        "ignis::reduce_cols_wide<float, float, ignis::MaxOp<float>, 4, 2>",
+        "ignis::reduce_cols_wide<float, float, ignis::SqDevOp<float>, 4, 2>",
+        "ignis::reduce_cols_wide<float, float, ignis::SumOp<float>, 1, 4>",
+        "ignis::reduce_cols_wide<ignis::bfloat16, ignis::bfloat16, ignis::SumOp<float>, 8, 2>",
+        "ignis::reduce_cols_wide<ignis::bfloat16, ignis::bfloat16, ignis::MinOp<float>, 8, 2>",
+        "ignis::reduce_cols_wide<ignis::bfloat16, ignis::bfloat16, ignis::SqDevOp<float>, 8, 2>",
+        "ignis::reduce_cols_wide<ignis::float16, ignis::float16, ignis::SumOp<float>, 8, 2>",
+        "ignis::reduce_cols_wide<double, double, ignis::SumOp<double>, 2, 2>",
+        "ignis::reduce_cols_wide<ignis::int8, ignis::int64, ignis::SumOp<long long>, 16, 1>",
+    ],
+    "softmax.cu": [
+        "ignis::softmax_packed<ignis::bfloat16, 8>",
+        "ignis::softmax_packed<ignis::float16, 8>",
+    ],
+}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_register_resident_kernels_do_not_spill(arch):
+    for source, names in NO_SPILL.items():
+        obj = ignis.compile(
+            _sources.read_source(source),
+            CompileOptions(arch=arch, extra=("--ptxas-options=-v",)),
+            name_expressions=names,
+        )
+        spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", obj.log)
+        assert len(spills) == len(names), obj.log
+        assert all(a == "0" and b == "0" for a, b in spills), obj.log
 
 
 def test_kernel_parameters_are_parsed():
@@ -975,7 +1177,7 @@ def test_gpu_softmax_matches_numpy(log, dtype, case, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [5, 1000, 4096, 40000])
+@pytest.mark.parametrize("n", [5, 1000, 4096, 16384, 32768, 40000])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_gpu_softmax_nan_and_inf_rows_like_the_cpu(dtype, n, rng):
     x = rng.uniform(-3, 3, size=(6, n))
@@ -1045,6 +1247,8 @@ def test_gpu_every_path_on_small_inputs(small_thresholds, op, dtype, rng):
 def test_gpu_arg_and_softmax_paths_on_small_inputs(small_thresholds, monkeypatch, dtype, rng):
     monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 4)
     monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES_NARROW", 2)
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_MIN_N", 200)
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_ITEMS", 1)
     for name, shape, view, axis, _ in PLAN_CASES:
         if axis is not None and (not isinstance(axis, tuple) or len(axis) != 1):
             continue
@@ -1104,3 +1308,195 @@ def test_gpu_work_follows_the_current_stream(rng):
     np.testing.assert_allclose(
         probs.to_host(), softmax_ref(x.to_host(), 1, False), rtol=1e-5, atol=1e-6
     )
+
+
+# --- wide column reductions and long 16-bit softmax rows ------------------------------------------
+
+COL_ROWS = [1, 2, 31, 4099]
+COL_COLS = [1, 3, 8, 33, 4100, 16385]
+# Every dtype on every (rows, cols); the 67-million-element shape only in the dtypes whose
+# paths differ there (16-byte packs of 4, 8 and 16 elements), to keep the host reference quick.
+AXIS0_CASES = [
+    (dtype, (r, c))
+    for dtype in ALL
+    for r in COL_ROWS
+    for c in COL_COLS
+    if r * c < 20_000_000 or dtype in ("float32", "bfloat16", "float16", "int8")
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dtype", "shape"), AXIS0_CASES, ids=[f"{d}-{s[0]}x{s[1]}" for d, s in AXIS0_CASES]
+)
+def test_gpu_axis0_reductions_every_dtype(dtype, shape, rng):
+    a, x = _make(dtype, shape, None, rng)
+    for op in OPS:
+        out = getattr(ignis, op)(a, axis=0)
+        spec = sem.reduction(op, x.shape, dt.as_dtype(dtype), 0, False)
+        assert out.dtype is spec.dtype and out.shape == (shape[1],)
+        check_against_numpy(out.to_host(), op, x, (0,), False, spec.dtype.name)
+
+
+LEADING_CASES = [
+    ("3x1367x4100-first-two", (3, 1367, 4100), (0, 1)),
+    ("7x5x33-first-two", (7, 5, 33), (0, 1)),
+    ("2x3x4x16385-first-three", (2, 3, 4, 16385), (0, 1, 2)),
+    ("31x2x8-first-two", (31, 2, 8), (0, 1)),
+    ("3x31x4100-middle", (3, 31, 4100), (1,)),  # 3 outer rows
+    ("2x4099x3x1000-middle-two", (2, 4099, 3, 1000), (1, 2)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", LEADING_CASES, ids=[c[0] for c in LEADING_CASES])
+@pytest.mark.parametrize("dtype", ALL)
+def test_gpu_leading_axes_reductions_every_dtype(dtype, case, rng):
+    _, shape, axes = case
+    a, x = _make(dtype, shape, None, rng)
+    for op in OPS:
+        for keepdims in (False, True):
+            out = getattr(ignis, op)(a, axis=axes, keepdims=keepdims)
+            spec = sem.reduction(op, x.shape, dt.as_dtype(dtype), axes, keepdims)
+            assert out.dtype is spec.dtype and out.shape == spec.shape
+            check_against_numpy(out.to_host(), op, x, axes, keepdims, spec.dtype.name)
+
+
+NONCONTIG_COL_CASES = [
+    ("sliced-tail", (300, 4104), lambda a: a[:, :4097], 0),  # 16-byte rows, a scalar tail
+    ("misaligned", (300, 4101), lambda a: a[:, 1:], 0),
+    ("strided-cols", (300, 4100), lambda a: a[:, ::2], 0),  # the kept axis is not contiguous
+    ("every-other-row", (600, 4100), lambda a: a[::2], 0),
+    ("reversed-rows", (301, 4100), lambda a: a[::-1], 0),
+    ("transposed", (4100, 300), lambda a: a.T, 1),
+    ("broadcast-rows", (1, 4100), _bcast((300, 4100)), 0),
+    ("permuted-3d", (40, 30, 520), lambda a: a.transpose(1, 0, 2), (0, 1)),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", NONCONTIG_COL_CASES, ids=[c[0] for c in NONCONTIG_COL_CASES])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64", "int32", "uint8"])
+def test_gpu_non_contiguous_column_reductions(dtype, case, rng):
+    _, shape, view, axis = case
+    a, x = _make(dtype, shape, view, rng)
+    axes = sem.normalize_axes(axis, x.ndim, "sum")
+    for op in OPS:
+        out = getattr(ignis, op)(a, axis=axis)
+        check_against_numpy(out.to_host(), op, x, axes, False, out.dtype.name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wide", [False, True], ids=["reduce_cols", "reduce_cols_wide"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64", "int8"])
+def test_gpu_both_column_kernels_match_numpy(monkeypatch, wide, dtype, rng):
+    monkeypatch.setattr(reduction, "COLS_WIDE", wide)
+    monkeypatch.setattr(reduction, "_recipes", {})  # launches remembered under the other setting
+    for shape in ((4099, 4100), (2, 16385), (31, 4096)):
+        a, x = _make(dtype, shape, None, rng)
+        for op in OPS:
+            out = getattr(ignis, op)(a, axis=0)
+            check_against_numpy(out.to_host(), op, x, (0,), False, out.dtype.name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ALL)
+@pytest.mark.parametrize("op", OPS)
+def test_gpu_wide_column_paths_on_small_inputs(wide_thresholds, op, dtype, rng):
+    # Small inputs down every reduce_cols_wide path: splits, tails, single columns, outer rows.
+    for _name, shape, view, axis in WIDE_CASES:
+        base = random_array(rng, shape, dtype)
+        g = NvArray.from_host(base, device=GPU)
+        c = NvArray.from_host(base, device="cpu")
+        g, c = (view(g), view(c)) if view else (g, c)
+        _check_planned(getattr(ignis, op)(g, axis=axis, keepdims=True).to_host(), op, c, axis)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(300, 4100), (4099, 1000), (31, 16385), (2, 4104)])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gpu_column_reductions_propagate_nan_and_inf(dtype, shape, rng):
+    r, c = shape
+    x = rng.uniform(-3, 3, size=shape)
+    x[r // 2, 5] = np.nan
+    x[r - 1, 7] = np.inf
+    x[0, 9] = -np.inf
+    x[0, 11], x[r - 1, 11] = np.inf, -np.inf  # sum and mean NaN, max +inf, min -inf
+    x[r // 3, c - 1] = np.nan  # in the last column (a strip's tail where c is odd)
+    x[:, c - 2] = -np.inf
+    host = x.astype(np_dtype(dtype))
+    a = NvArray.from_host(host, device=GPU)
+    ref = to64(host)
+    for op in ("sum", "mean", "max", "min"):
+        got = getattr(ignis, op)(a, axis=0).to_host().astype(np.float64)
+        with np.errstate(all="ignore"):
+            want = getattr(np, op)(ref, axis=0)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=op)
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want), err_msg=op)
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want), err_msg=op)
+        assert np.isnan(want[[5, c - 1]]).all() and np.isinf(want[c - 2])
+        fin = np.isfinite(want)
+        check_against_numpy(got[fin].astype(host.dtype), op, host[:, fin], (0,), False, dtype)
+
+
+@pytest.mark.gpu
+def test_gpu_column_reductions_are_bitwise_reproducible(rng):
+    f32 = rng.standard_normal((4099, 16385)).astype(np.float32)
+    bf16 = rng.standard_normal((4099, 4100)).astype(ml_dtypes.bfloat16)
+    f16 = rng.standard_normal((2, 3, 4, 16385)).astype(np.float16)
+    soft = rng.standard_normal((64, 32768)).astype(ml_dtypes.bfloat16)
+    calls = [
+        (f32, lambda a: ignis.sum(a, axis=0)),
+        (f32, lambda a: ignis.mean(a, axis=0)),
+        (f32, lambda a: ignis.var(a, axis=0)),
+        (f32, lambda a: ignis.max(a, axis=0)),
+        (bf16, lambda a: ignis.sum(a, axis=0)),
+        (bf16, lambda a: ignis.var(a, axis=0)),
+        (f16, lambda a: ignis.sum(a, axis=(0, 1, 2))),
+        (soft, lambda a: ignis.softmax(a, axis=1)),
+        (soft, lambda a: ignis.log_softmax(a, axis=1)),
+        (soft.astype(np.float16), lambda a: ignis.softmax(a, axis=1)),
+    ]
+    for k, (data, call) in enumerate(calls):
+        first = NvArray.from_host(data, device=GPU)
+        again = NvArray.from_host(data, device=GPU)  # the same values at another address
+        results = [call(first).to_host(), call(first).to_host(), call(again).to_host()]
+        assert results[0].tobytes() == results[1].tobytes() == results[2].tobytes(), k
+
+
+def _check_softmax_relative(got, x, axis, log, dtype):
+    """softmax against float64 with a tolerance relative to each value (tiny probabilities
+    of long rows are checked too, not hidden under an absolute tolerance)."""
+    ref = softmax_ref(x, axis, log)
+    rtol = TOL[dtype][0] * 4
+    # float16 probabilities below its smallest normal (6.1e-5) are rounded absolutely
+    atol = {"float16": 6e-8, "bfloat16": 1e-38, "float32": 1e-38}[dtype]
+    if log:
+        atol = rtol * 4  # log-probabilities near zero
+    err = np.abs(got - ref)
+    bad = np.flatnonzero(~(err <= atol + rtol * np.abs(ref)))
+    assert bad.size == 0, (
+        f"{bad.size} of {ref.size} off, e.g. got {got.ravel()[bad[:4]]} "
+        f"expected {ref.ravel()[bad[:4]]}"
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "not-packed"])
+@pytest.mark.parametrize("n", [1, 33, 4096, 16384, 32768, 40000])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_gpu_softmax_long_rows(monkeypatch, log, dtype, n, packed, rng):
+    monkeypatch.setattr(reduction, "SOFTMAX_PACKED", packed)
+    a, x = _make(dtype, (5, n), None, rng)
+    out = (ignis.log_softmax if log else ignis.softmax)(a, axis=-1)
+    assert out.dtype == dtype and out.shape == (5, n)
+    got = out.to_host().astype(np.float64)
+    _check_softmax_relative(got, x, 1, log, dtype)
+    if not log:
+        rtol = TOL[dtype][0]
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=rtol * 2 + 1e-6)
+    # a row that is a strided view (every other row) and a 3-D batch take the same path
+    a3, x3 = _make(dtype, (2, 6, n), lambda v: v[:, ::2], rng)
+    got3 = (ignis.log_softmax if log else ignis.softmax)(a3, axis=2).to_host().astype(np.float64)
+    _check_softmax_relative(got3, x3, 2, log, dtype)

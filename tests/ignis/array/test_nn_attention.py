@@ -9,6 +9,7 @@ import ignis.nn
 import ml_dtypes
 import numpy as np
 import pytest
+import tc_emulator
 from ignis._array._cuda_backend import attention as cuda_attention
 
 import ignis
@@ -438,6 +439,8 @@ def _i32(b):
 def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypatch):
     import struct
 
+    # The earlier scalar float32/float64 kernels; the tiled ones have test_nn_attention_simt.py.
+    monkeypatch.setattr(cuda_attention, "SIMT_TILED", False)
     monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", rows_per_warp)
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
@@ -508,437 +511,26 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
 # they use (threads as coroutines, barriers, warp shuffles, ldmatrix, mma, cp.async): their index
 # math, masking of partial tiles and pipelining run here exactly as written.
 
-EMULATOR_SOURCE = r"""
-// Host emulator of the attention kernels in attention.cu: every CUDA thread of a block is a
-// coroutine; __syncthreads, the warp shuffles and the warp-collective tensor-core primitives
-// (ldmatrix, mma) are barriers the coroutines meet at, in a shuffled order. cp.async poisons its
-// destination when issued and copies when waited for, so a missing wait or barrier shows up as NaN.
+ATTN_PART = r"""
+// The attention kernels of attention.cu on the emulator of tc_emulator.py.
 //
 // Build: c++ -std=c++17 -O1 -I<cuda_src> -DEMU_T=<type> -DEMU_D=<head dim> -DEMU_CAUSAL=<0|1>
 //        -DEMU_TC=<0|1>
 // Run:   emulator <input> <output> bh L S E scale       (input: q, k, v, dout; output: out,
 //        lse, dq, dk, dv of attention and the decode attention of each head's first query over
 //        all S keys, all raw little-endian)
-#include <ucontext.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <random>
-#include <type_traits>
-#include <vector>
-
-#define IGNIS_TC_HOST_EMULATION 1
 #define IGNIS_ATTN_HOST_EMULATION 1
-#include "ignis_types.cuh"
-
-#define __global__
-#define __device__
-#define __host__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__ static
-#define __restrict__ __restrict
-#define __align__(n) alignas(n)
-#define IGNIS_DEV inline
-
-using std::max;
-using std::min;
-
-struct Dim3 {
-  unsigned x, y, z;
-};
-
-namespace emu {
-
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "emulator: %s\n", what);
-  std::exit(3);
-}
-
-struct Copy {
-  void* dst;
-  const void* src;
-  int bytes;
-};
-
-struct Thread {
-  ucontext_t ctx;
-  Dim3 tid;
-  bool done = false;
-  std::vector<char> stack;
-  std::vector<Copy> open;
-  std::vector<std::vector<Copy>> groups;
-};
-
-struct Barrier {
-  int expected = 0, count = 0;
-  long gen = 0;
-};
-
-Thread* current = nullptr;
-ucontext_t scheduler;
-std::vector<Thread> threads;
-Dim3 block_idx, block_dim, grid_dim;
-long events = 0;
-Barrier block_barrier;
-
-struct WarpSlots {
-  Barrier bar;
-  int op[32];
-  const unsigned char* addr[32];
-  ignis::uint32 a[32][4];
-  ignis::uint32 b[32][2];
-  float c[32][4];
-  ignis::uint64 v[32];
-};
-std::vector<WarpSlots> warps;
-
-unsigned char* dyn_smem = nullptr;
-size_t dyn_smem_size = 0;
-struct Range {
-  const unsigned char* lo;
-  const unsigned char* hi;
-};
-std::vector<Range> readable;
-
-void yield() { swapcontext(&current->ctx, &scheduler); }
-
-void arrive_and_wait(Barrier& b) {
-  const long gen = b.gen;
-  ++events;
-  if (++b.count == b.expected) {
-    b.count = 0;
-    ++b.gen;
-    return;
-  }
-  while (b.gen == gen) yield();
-}
-
-int lane() { return (int)(current->tid.x & 31); }
-WarpSlots& warp() { return warps[current->tid.x / 32]; }
-
-template <class Deposit, class Compute>
-void collective(int op, Deposit deposit, Compute compute) {
-  WarpSlots& w = warp();
-  const int l = lane();
-  deposit(w, l);
-  w.op[l] = op;
-  arrive_and_wait(w.bar);
-  for (int i = 0; i < 32; ++i)
-    if (w.op[i] != op) die("lanes of a warp reached different warp-collective operations");
-  compute(w, l);
-  arrive_and_wait(w.bar);
-}
-
-void check_smem(const void* p, size_t bytes, size_t align, const char* what) {
-  const unsigned char* c = (const unsigned char*)p;
-  if (c < dyn_smem || c + bytes > dyn_smem + dyn_smem_size) {
-    std::fprintf(stderr, "emulator: %s outside the dynamic shared memory\n", what);
-    std::exit(3);
-  }
-  if (((size_t)(c - dyn_smem)) % align != 0) die("misaligned shared-memory access");
-}
-
-void check_global(const void* p, int bytes) {
-  const unsigned char* c = (const unsigned char*)p;
-  for (const Range& r : readable)
-    if (c >= r.lo && c + bytes <= r.hi) return;
-  die("cp.async reads outside the inputs");
-}
-
-}  // namespace emu
-
-#define threadIdx (::emu::current->tid)
-#define blockIdx (::emu::block_idx)
-#define blockDim (::emu::block_dim)
-#define gridDim (::emu::grid_dim)
-inline void __syncthreads() { ::emu::arrive_and_wait(::emu::block_barrier); }
-
-template <class V> V shfl_impl(V v, int src_of_lane(int, int), int arg) {
-  static_assert(sizeof(V) <= 8, "");
-  V r;
-  ::emu::collective(
-      6, [&](::emu::WarpSlots& w, int l) { w.v[l] = 0; std::memcpy(&w.v[l], &v, sizeof(V)); },
-      [&](::emu::WarpSlots& w, int l) {
-        const int src = src_of_lane(l, arg);
-        std::memcpy(&r, &w.v[src], sizeof(V));
-      });
-  return r;
-}
-inline int xor_lane(int l, int m) { return (l ^ m) & 31; }
-inline int idx_lane(int, int s) { return s & 31; }
-template <class V> V __shfl_xor_sync(unsigned, V v, int m) { return shfl_impl(v, xor_lane, m); }
-template <class V> V __shfl_sync(unsigned, V v, int s) { return shfl_impl(v, idx_lane, s); }
-
-inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
-inline double __longlong_as_double(long long i) { double d; std::memcpy(&d, &i, 8); return d; }
 
 namespace ignis {
-
-inline float half_bits_to_float(uint16 h) {
-  const uint32 sign = (uint32)(h & 0x8000u) << 16;
-  const int exp = (h >> 10) & 0x1f;
-  const uint32 man = h & 0x3ffu;
-  float f;
-  if (exp == 0) f = std::ldexp((float)man, -24);
-  else if (exp == 31) f = man ? NAN : INFINITY;
-  else f = std::ldexp((float)(man | 0x400u), exp - 25);
-  uint32 u;
-  std::memcpy(&u, &f, 4);
-  u |= sign;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline uint16 float_to_half_bits(float f) {
-  uint32 u;
-  std::memcpy(&u, &f, 4);
-  const uint16 sign = (uint16)((u >> 16) & 0x8000u);
-  if (std::isnan(f)) return (uint16)(sign | 0x7e00u);
-  double a = std::fabs((double)f);
-  if (a >= 65520.0) return (uint16)(sign | 0x7c00u);
-  if (a < std::ldexp(1.0, -14))
-    return (uint16)(sign | (uint16)std::nearbyint(a * std::ldexp(1.0, 24)));
-  int e;
-  double m = std::frexp(a, &e);
-  double q = std::nearbyint(m * 2048.0);
-  if (q == 2048.0) { q = 1024.0; ++e; }
-  const int biased = e - 1 + 15;
-  if (biased >= 31) return (uint16)(sign | 0x7c00u);
-  return (uint16)(sign | (uint16)(biased << 10) | (uint16)((uint32)q - 1024u));
-}
-
-template <class T> struct acc_type { typedef T type; };
-template <> struct acc_type<float16> { typedef float type; };
-template <> struct acc_type<bfloat16> { typedef float type; };
-template <class T> inline T to_acc(T v) { return v; }
-inline float to_acc(float16 v) { return half_bits_to_float(v.bits); }
-inline float to_acc(bfloat16 v) {
-  uint32 u = (uint32)v.bits << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-template <class T> inline T from_acc(typename acc_type<T>::type v) { return v; }
-template <> inline float16 from_acc<float16>(float v) { return float16{float_to_half_bits(v)}; }
-template <> inline bfloat16 from_acc<bfloat16>(float v) {
-  uint32 u;
-  std::memcpy(&u, &v, 4);
-  return bfloat16{detail::f32_bits_to_bf16_bits(u)};
-}
-
-constexpr int warp_size = 32;
-constexpr unsigned full_warp_mask = 0xffffffffu;
-inline int64 global_index() { return (int64)blockIdx.x * blockDim.x + threadIdx.x; }
-template <class T> inline T nan_max(T a, T b) { return (b > a || b != b) ? b : a; }
-template <class T> T warp_sum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(full_warp_mask, v, o);
-  return v;
-}
-template <class T> T warp_max(T v) {
-  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(full_warp_mask, v, o));
-  return v;
-}
-
-namespace tc {
-
-inline void cp_async_16(void* smem, const void* gmem, int src_bytes) {
-  ::emu::check_smem(smem, 16, 16, "cp.async destination");
-  if (src_bytes != 0 && src_bytes != 16) ::emu::die("cp.async source size");
-  if (src_bytes > 0) {
-    if (((uintptr_t)gmem) % 16 != 0) ::emu::die("cp.async global source is not 16-byte aligned");
-    ::emu::check_global(gmem, src_bytes);
-  }
-  std::memset(smem, 0xff, 16);  // poison: NaN until the copy is waited for
-  ::emu::current->open.push_back({smem, gmem, src_bytes});
-}
-inline void cp_async_commit() {
-  ::emu::current->groups.push_back(std::move(::emu::current->open));
-  ::emu::current->open.clear();
-}
-template <int N> inline void cp_async_wait() {
-  auto& g = ::emu::current->groups;
-  while ((int)g.size() > N) {
-    for (auto& c : g.front()) {
-      std::memset(c.dst, 0, 16);
-      if (c.bytes > 0) std::memcpy(c.dst, c.src, (size_t)c.bytes);
-    }
-    g.erase(g.begin());
-  }
-}
-
-inline uint32 pair_at(const unsigned char* p) {
-  uint16 lo, hi;
-  std::memcpy(&lo, p, 2);
-  std::memcpy(&hi, p + 2, 2);
-  return (uint32)lo | ((uint32)hi << 16);
-}
-
-inline void ldmatrix_impl(uint32 (&r)[4], const void* row, bool trans) {
-  ::emu::check_smem(row, 16, 16, "ldmatrix row");
-  ::emu::collective(
-      trans ? 2 : 1, [&](::emu::WarpSlots& w, int l) { w.addr[l] = (const unsigned char*)row; },
-      [&](::emu::WarpSlots& w, int l) {
-        const int g = l >> 2, t = l & 3;
-        for (int j = 0; j < 4; ++j) {
-          const unsigned char* const* rows = &w.addr[8 * j];
-          if (!trans) {
-            r[j] = pair_at(rows[g] + 4 * t);
-          } else {
-            uint16 lo, hi;
-            std::memcpy(&lo, rows[2 * t] + 2 * g, 2);
-            std::memcpy(&hi, rows[2 * t + 1] + 2 * g, 2);
-            r[j] = (uint32)lo | ((uint32)hi << 16);
-          }
-        }
-      });
-}
-inline void ldmatrix_x4(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, false); }
-inline void ldmatrix_x4_trans(uint32 (&r)[4], const void* row) { ldmatrix_impl(r, row, true); }
-
-template <class T> inline float elem(uint32 reg, int half) {
-  T v;
-  v.bits = (uint16)(half ? reg >> 16 : reg & 0xffffu);
-  return to_acc(v);
-}
-
-template <class T>
-inline void mma_m16n8k16(float (&d)[4], const uint32 (&a)[4], uint32 b0, uint32 b1, T) {
-  ::emu::collective(
-      std::is_same<T, bfloat16>::value ? 3 : 4,
-      [&](::emu::WarpSlots& w, int l) {
-        for (int i = 0; i < 4; ++i) w.a[l][i] = a[i], w.c[l][i] = d[i];
-        w.b[l][0] = b0;
-        w.b[l][1] = b1;
-      },
-      [&](::emu::WarpSlots& w, int l) {
-        float A[16][16], B[16][8], C[16][8];
-        for (int ln = 0; ln < 32; ++ln) {
-          const int g = ln >> 2, t = ln & 3;
-          // a_i: row g (+8 in regs 1, 3), col 2t + (i & 1) (+8 in regs 2, 3)
-          for (int i = 0; i < 8; ++i) {
-            const int reg = i >> 1;
-            const int row = g + ((reg & 1) ? 8 : 0);
-            const int col = 2 * t + (i & 1) + (reg >= 2 ? 8 : 0);
-            A[row][col] = elem<T>(w.a[ln][reg], i & 1);
-          }
-          for (int i = 0; i < 4; ++i) {  // b: row 2t + (i&1) (+8 for b1), col g
-            const int row = 2 * t + (i & 1) + (i >= 2 ? 8 : 0);
-            B[row][g] = elem<T>(w.b[ln][i >> 1], i & 1);
-          }
-          for (int i = 0; i < 4; ++i) C[g + (i >= 2 ? 8 : 0)][2 * t + (i & 1)] = w.c[ln][i];
-        }
-        const int g = l >> 2, t = l & 3;
-        for (int i = 0; i < 4; ++i) {
-          const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-          float s = C[row][col];
-          for (int kk = 0; kk < 16; ++kk) s = std::fma(A[row][kk], B[kk][col], s);
-          d[i] = s;
-        }
-      });
-}
-
-template <class T> inline uint32 pack_pair(float lo, float hi) {
-  return (uint32)from_acc<T>(lo).bits | ((uint32)from_acc<T>(hi).bits << 16);
-}
-
-}  // namespace tc
-
 namespace attn {
 inline unsigned char* dynamic_smem() { return ::emu::dyn_smem; }
 inline void require_smem(unsigned bytes) {
   if (bytes > ::emu::dyn_smem_size) ::emu::die("kernel trapped: not enough dynamic shared memory");
 }
 }  // namespace attn
-
-}  // namespace ignis
-
-// Threads run one at a time: an atomic add is a plain add.
-namespace ignis {
-namespace attn {
-inline float atomicAdd(float* p, float v) {
-  const float old = *p;
-  *p = old + v;
-  return old;
-}
-}  // namespace attn
 }  // namespace ignis
 
 #include "attention.cu"
-
-namespace emu {
-
-std::function<void()> body;
-
-void trampoline() {
-  body();
-  if (!current->open.empty() || !current->groups.empty())
-    die("a thread exited with cp.async copies in flight");
-  current->done = true;
-  ++events;
-  swapcontext(&current->ctx, &scheduler);
-}
-
-void run_block(int nthreads, std::mt19937& rng) {
-  threads.clear();
-  threads.resize((size_t)nthreads);
-  warps.assign((size_t)(nthreads + 31) / 32, WarpSlots{});
-  for (auto& w : warps) w.bar.expected = 32;
-  block_barrier = Barrier{};
-  block_barrier.expected = nthreads;
-  std::memset(dyn_smem, 0xff, dyn_smem_size);
-  for (int i = 0; i < nthreads; ++i) {
-    Thread& t = threads[(size_t)i];
-    t.tid = Dim3{(unsigned)i, 0, 0};
-    t.stack.resize(512 * 1024);
-    getcontext(&t.ctx);
-    t.ctx.uc_stack.ss_sp = t.stack.data();
-    t.ctx.uc_stack.ss_size = t.stack.size();
-    t.ctx.uc_link = nullptr;
-    makecontext(&t.ctx, trampoline, 0);
-  }
-  std::vector<int> order((size_t)nthreads);
-  for (int i = 0; i < nthreads; ++i) order[(size_t)i] = i;
-  for (;;) {
-    const long before = events;
-    bool all_done = true;
-    std::shuffle(order.begin(), order.end(), rng);
-    for (int i : order) {
-      Thread& t = threads[(size_t)i];
-      if (t.done) continue;
-      all_done = false;
-      current = &t;
-      swapcontext(&scheduler, &t.ctx);
-      current = nullptr;
-    }
-    if (all_done) break;
-    if (events == before) die("deadlock: live threads wait at barriers the others never reach");
-  }
-}
-
-// Runs fn for every block of grid (gx, gy) with nthreads threads and smem bytes of shared memory.
-void launch(unsigned gx, unsigned gy, int nthreads, size_t smem, std::function<void()> fn,
-            std::mt19937& rng) {
-  std::vector<unsigned char> storage(smem + 16);  // (vector storage is 16-byte aligned)
-  dyn_smem = storage.data();
-  dyn_smem_size = smem;
-  grid_dim = Dim3{gx, gy, 1};
-  block_dim = Dim3{(unsigned)nthreads, 1, 1};
-  body = fn;
-  for (unsigned y = 0; y < gy; ++y)
-    for (unsigned x = 0; x < gx; ++x) {
-      block_idx = Dim3{x, y, 1};
-      run_block(nthreads, rng);
-    }
-  dyn_smem = nullptr;
-}
-
-}  // namespace emu
 
 template <class P> P* aligned(size_t n) {
   void* p = std::aligned_alloc(256, ((n * sizeof(P) + 255) / 256) * 256 + 256);
@@ -968,7 +560,7 @@ int main(int argc, char** argv) {
   T *out = aligned<T>(nq), *dq = aligned<T>(nq), *dk = aligned<T>(nk), *dv = aligned<T>(nk);
   LT *lse = aligned<LT>((size_t)bh * L), *dvec = aligned<LT>((size_t)bh * L);
   std::mt19937 rng(1234);
-  const int vec = (E % 8 == 0) ? 1 : 0;  // the buffers are 256-byte aligned
+  [[maybe_unused]] const int vec = (E % 8 == 0) ? 1 : 0;  // the buffers are 256-byte aligned
   constexpr int D = EMU_D;
   constexpr bool C = EMU_CAUSAL != 0;
   auto cdiv = [](int a, int b) { return (unsigned)((a + b - 1) / b); };
@@ -1069,102 +661,81 @@ EMULATED = [
 
 
 @pytest.fixture(scope="module")
-def emulator_dir(tmp_path_factory):
-    import shutil
-
-    if shutil.which("c++") is None:
-        pytest.skip("needs a host C++ compiler")
-    d = tmp_path_factory.mktemp("attention-emulator")
-    (d / "attn_emu.cpp").write_text(EMULATOR_SOURCE)
-    return d
-
-
-def _build(d, name, ctype, dim, causal, tc):
-    import subprocess
-
-    exe = d / f"emu_{name}"
-    if not exe.exists():
-        subprocess.run(
-            [
-                "c++",
-                "-std=c++17",
-                "-O1",
-                f"-I{_sources.cuda_src_dir()}",
-                f"-DEMU_T={ctype}",
-                f"-DEMU_D={dim}",
-                f"-DEMU_CAUSAL={causal}",
-                f"-DEMU_TC={tc}",
-                str(d / "attn_emu.cpp"),
-                "-o",
-                str(exe),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    return exe
+def emulator(tmp_path_factory):
+    """A builder of the attention harness (each configuration compiled once per module)."""
+    return tc_emulator.Builder(tmp_path_factory.mktemp("attention-emulator"), "attn", ATTN_PART)
 
 
 @pytest.mark.parametrize("build,runs", EMULATED, ids=[b[0] for b, _ in EMULATED])
-def test_kernels_on_the_host_emulator(emulator_dir, build, runs):
-    import subprocess
-
+def test_kernels_on_the_host_emulator(emulator, tmp_path, build, runs):
     name, ctype, dim, causal, tc = build
-    exe = _build(emulator_dir, name, ctype, dim, causal, tc)
+    exe = emulator.build(name, EMU_T=ctype, EMU_D=dim, EMU_CAUSAL=causal, EMU_TC=tc)
     for dtype, bh, n_q, n_k, e in runs:
         assert e <= dim
-        rng = np.random.default_rng(n_q * 1000 + n_k)
-        shapes = [(bh, n_q, e), (bh, n_k, e), (bh, n_k, e), (bh, n_q, e)]
-        q, k, v, g = (rounded(rng.standard_normal(s), dtype) for s in shapes)
-        inp, outp = emulator_dir / "in.bin", emulator_dir / "out.bin"
-        inp.write_bytes(b"".join(a.astype(NP_DTYPE[dtype]).tobytes() for a in (q, k, v, g)))
-        scale = 1 / math.sqrt(e)
-        subprocess.run(
-            [str(exe), str(inp), str(outp), str(bh), str(n_q), str(n_k), str(e), repr(scale)],
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        raw = outp.read_bytes()
-        stat = np.float64 if dtype == "float64" else np.float32
-        parts, offset = [], 0
-        for t, shape in (
-            (NP_DTYPE[dtype], shapes[0]),
-            (stat, shapes[0][:2]),
-            (NP_DTYPE[dtype], shapes[0]),
-            (NP_DTYPE[dtype], shapes[1]),
-            (NP_DTYPE[dtype], shapes[1]),
-            (NP_DTYPE[dtype], (bh, 1, e)),
-            # the tensor-core builds also write the 16-rows-per-warp forward's out and lse and
-            # the fused backward's dq, dk, dv
-            *(
-                (
-                    (NP_DTYPE[dtype], shapes[0]),
-                    (stat, shapes[0][:2]),
-                    (NP_DTYPE[dtype], shapes[0]),
-                    (NP_DTYPE[dtype], shapes[1]),
-                    (NP_DTYPE[dtype], shapes[1]),
-                )
-                if tc
-                else ()
-            ),
-        ):
-            n = int(np.prod(shape))
-            parts.append(np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(shape))
-            offset += n * np.dtype(t).itemsize
-        assert offset == len(raw)
-        out, lse, dq, dk, dv, dec = parts[:6]
-        want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
-        stat_dtype = "float64" if dtype == "float64" else "float32"
-        assert_close(out, want_out, dtype, f"{name} out")
-        assert_close(lse, want_lse, stat_dtype, f"{name} lse")
-        if tc:
-            out16, lse16, *fused = parts[6:]
-            assert_close(out16, want_out, dtype, f"{name} out (16 rows per warp)")
-            assert_close(lse16, want_lse, stat_dtype, f"{name} lse (16 rows per warp)")
-            for what, got, want in zip(("dq", "dk", "dv"), fused, grads, strict=True):
-                assert_close(got, want, dtype, f"{name} {what} (fused backward)")
-        for what, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
-            assert_close(got, want, dtype, f"{name} {what}")
-        want_dec = ref_attention(q[:, :1], k, v, False, scale)[0]
-        assert_close(dec, want_dec, dtype, f"{name} decode")
+        run_emulated(exe, tmp_path, name, causal, tc, dtype, bh, n_q, n_k, e)
+
+
+def run_emulated(exe, tmp_path, name, causal, tc, dtype, bh, n_q, n_k, e):
+    """Run one harness build on random inputs and compare every output with the reference."""
+    rng = np.random.default_rng(n_q * 1000 + n_k)
+    shapes = [(bh, n_q, e), (bh, n_k, e), (bh, n_k, e), (bh, n_q, e)]
+    q, k, v, g = (rounded(rng.standard_normal(s), dtype) for s in shapes)
+    inp, outp = tmp_path / "in.bin", tmp_path / "out.bin"
+    inp.write_bytes(b"".join(a.astype(NP_DTYPE[dtype]).tobytes() for a in (q, k, v, g)))
+    scale = 1 / math.sqrt(e)
+    tc_emulator.run(exe, [inp, outp, bh, n_q, n_k, e, repr(scale)], f"{name} {dtype}")
+    raw = outp.read_bytes()
+    stat = np.float64 if dtype == "float64" else np.float32
+    parts, offset = [], 0
+    for t, shape in (
+        (NP_DTYPE[dtype], shapes[0]),
+        (stat, shapes[0][:2]),
+        (NP_DTYPE[dtype], shapes[0]),
+        (NP_DTYPE[dtype], shapes[1]),
+        (NP_DTYPE[dtype], shapes[1]),
+        (NP_DTYPE[dtype], (bh, 1, e)),
+        # the tensor-core builds also write the 16-rows-per-warp forward's out and lse and
+        # the fused backward's dq, dk, dv
+        *(
+            (
+                (NP_DTYPE[dtype], shapes[0]),
+                (stat, shapes[0][:2]),
+                (NP_DTYPE[dtype], shapes[0]),
+                (NP_DTYPE[dtype], shapes[1]),
+                (NP_DTYPE[dtype], shapes[1]),
+            )
+            if tc
+            else ()
+        ),
+    ):
+        n = int(np.prod(shape))
+        parts.append(np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(shape))
+        offset += n * np.dtype(t).itemsize
+    assert offset == len(raw)
+    out, lse, dq, dk, dv, dec = parts[:6]
+    want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
+    stat_dtype = "float64" if dtype == "float64" else "float32"
+    assert_close(out, want_out, dtype, f"{name} out")
+    assert_close(lse, want_lse, stat_dtype, f"{name} lse")
+    if tc:
+        out16, lse16, *fused = parts[6:]
+        assert_close(out16, want_out, dtype, f"{name} out (16 rows per warp)")
+        assert_close(lse16, want_lse, stat_dtype, f"{name} lse (16 rows per warp)")
+        for what, got, want in zip(("dq", "dk", "dv"), fused, grads, strict=True):
+            assert_close(got, want, dtype, f"{name} {what} (fused backward)")
+    for what, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
+        assert_close(got, want, dtype, f"{name} {what}")
+    want_dec = ref_attention(q[:, :1], k, v, False, scale)[0]
+    assert_close(dec, want_dec, dtype, f"{name} decode")
+
+
+# The comparisons can fail: a wrong tensor-core primitive (a fault built into the emulator, see
+# tc_emulator.PRELUDE) is caught.
+@pytest.mark.parametrize("fault", [1, 2, 3], ids=["mma-drops-a-k-term",
+                                                  "ldmatrix-trans-does-not-transpose",
+                                                  "cp-async-wait-leaves-a-group"])
+def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault):
+    exe = emulator.build(f"bf16_64_causal_fault{fault}", EMU_T="ignis::bfloat16", EMU_D=64,
+                         EMU_CAUSAL=1, EMU_TC=1, EMU_FAULT=fault)
+    with pytest.raises(AssertionError, match=r"max error|pattern differs|emulator: "):
+        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 1, 17, 40, 17)

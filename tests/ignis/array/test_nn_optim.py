@@ -224,6 +224,33 @@ def test_found_inf_skips_the_whole_update_on_the_device(device):
         assert float(L.steps[i].item()) == 1.0
 
 
+def test_a_batch_applies_every_update_at_its_end_or_none(device):
+    L = Lists(device, [(31,), (1000,)], n_state=2)
+    lr = ignis.full((), 1e-2, dtype="float32", device=device)
+    before = [_host(p) for p in L.p]
+    g, g_ref = L.grads()
+    # An error after the first update was prepared: nothing changes, counters included.
+    with pytest.raises(RuntimeError, match="later failure"):
+        with nn.multi_tensor_batch():
+            nn.multi_tensor_sgd_(L.p[:1], g[:1], None, L.steps[:1], lr)
+            nn.multi_tensor_adam_(L.p[1:], g[1:], L.state[0][1:], L.state[1][1:], L.steps[1:], lr)
+            raise RuntimeError("later failure")
+    for i, p in enumerate(L.p):
+        np.testing.assert_array_equal(_host(p), before[i])
+        assert float(L.steps[i].item()) == 0.0 and not _host(L.state[0][i]).any()
+    # Without an error: the updates land when the block ends, in order, as unbatched calls.
+    with nn.multi_tensor_batch():
+        nn.multi_tensor_sgd_(L.p[:1], g[:1], None, L.steps[:1], lr)
+        with nn.multi_tensor_batch():  # nested batches join the outer one
+            nn.multi_tensor_adam_(L.p[1:], g[1:], L.state[0][1:], L.state[1][1:], L.steps[1:], lr)
+        np.testing.assert_array_equal(_host(L.p[0]), before[0])  # not yet
+        np.testing.assert_array_equal(_host(L.p[1]), before[1])
+    np.testing.assert_allclose(_host(L.p[0]), before[0] - 1e-2 * g_ref[0], rtol=1e-5, atol=1e-7)
+    p1, *_ = ref_adam(before[1], g_ref[1], 0.0, 0.0, None, 1, 1e-2, 0.9, 0.999, 1e-8, 0.0, False)
+    np.testing.assert_allclose(_host(L.p[1]), p1, rtol=1e-5, atol=1e-6)
+    assert [float(s.item()) for s in L.steps] == [1.0, 1.0]
+
+
 def test_learning_rate_is_read_from_the_device_scalar(device):
     L = Lists(device, [(33,)], n_state=1)
     lr = ignis.zeros((1,), dtype="float32", device=device)
@@ -544,10 +571,12 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     lr = ignis.full((), 1e-3, dtype="float64", device="cpu")
     flag = ignis.zeros((), device="cpu")
     hyper = dict(beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1, decoupled=True)
-    cuda_optim.adam(fake, L.p, g, L.state[0], L.state[1], L.state[2], L.masters, L.steps, lr,
-                    flag, hyper)
+    adam = cuda_optim.adam(fake, L.p, g, L.state[0], L.state[1], L.state[2], L.masters, L.steps,
+                           lr, flag, hyper)
+    assert log == []  # the hooks prepare; the returned functions launch
+    adam()
     cuda_optim.sgd(fake, L.p, g, L.state[0], None, L.steps, lr, None,
-                   dict(momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=False))
+                   dict(momentum=0.9, dampening=0.0, weight_decay=0.0, nesterov=False))()
     norm = ignis.zeros((), device="cpu")
     cuda_optim.l2_norm(fake, norm, g)
     cuda_optim.scale(fake, g, flag, 2, 1.0, flag)

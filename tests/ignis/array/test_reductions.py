@@ -249,3 +249,44 @@ def test_softmax_errors(device: str) -> None:
 def test_integer_sums_do_not_overflow_small_types(device: str, dtype: str) -> None:
     x = np.full(1000, 100 if dtype != "bool" else 1, np_dtype(dtype))
     assert ignis.sum(NvArray.from_host(x, device=device)).item() == int(x.astype(np.int64).sum())
+
+
+COLUMN_CASES = [
+    ((2, 4100), 0),
+    ((31, 16385), 0),
+    ((33, 3), 0),
+    ((4099, 8), 0),
+    ((5, 7, 300), (0, 1)),  # leading axes
+    ((3, 9, 520), 1),  # a middle axis: several outer rows
+]
+
+
+@pytest.mark.parametrize(
+    "case", COLUMN_CASES, ids=[f"{'x'.join(map(str, c[0]))}-axis{c[1]}" for c in COLUMN_CASES]
+)
+@pytest.mark.parametrize("dtype", ALL)
+def test_column_reductions_wide_and_odd(device: str, dtype: str, case, rng) -> None:
+    shape, axis = case
+    x = random_array(rng, shape, dtype)
+    a = NvArray.from_host(x, device=device)
+    for op in ("sum", "mean", "max", "min", "var"):
+        check_reduction(getattr(ignis, op)(a, axis=axis), op, x, axis, False)
+    # a column tail that is not a whole 16-byte pack, in a view of 16-byte aligned rows
+    v = NvArray.from_host(random_array(rng, (9, 304), dtype), device=device)[:, :301]
+    check_reduction(ignis.sum(v, axis=0), "sum", v.to_host(), 0, False)
+
+
+@pytest.mark.parametrize("n", [8200, 32768, 40000])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_long_rows(device: str, dtype: str, n: int, log: bool, rng) -> None:
+    x = random_array(rng, (3, n), dtype)
+    out = (ignis.log_softmax if log else ignis.softmax)(NvArray.from_host(x, device=device))
+    assert out.dtype == dtype and out.shape == (3, n)
+    got = out.to_host().astype(np.float64)
+    ref = softmax_ref(x, 1, log)
+    # relative to each value: long rows have probabilities far below the absolute tolerance
+    rtol = TOL[dtype][0] * 4
+    atol = rtol * 4 if log else {"float16": 6e-8}.get(dtype, 1e-38)
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+    assert got.min() > (-np.inf if log else 0.0)

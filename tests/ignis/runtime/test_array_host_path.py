@@ -91,18 +91,34 @@ def test_scalars_views_and_broadcasts_pick_their_kernels(gpu) -> None:
     c = a * 2.0
     d = 3.0 - a
     e = a[1:] + b[1:]  # 4 bytes past a 16-byte boundary: one element per access
-    x, row = empty((3, 4)), empty(4)
-    f = x + row  # broadcast: the strided kernel
+    x, row, col = empty((3, 4)), empty(4), empty((3, 1))
+    f = x + row  # a row broadcast: the broadcast kernel, 16-byte vectors
+    g = col * x  # a column broadcast on the left
+    h = x[:, 1:] + row[1:]  # rows with gaps: the strided kernel
     names = [name for name, *_ in gpu.launches]
     assert names[0] == f"{EW}binary_contig<{EW}op_multiply, float, float, float, float, 2, 4>"
     assert names[1] == f"{EW}binary_contig<{EW}op_subtract, float, float, float, float, 1, 4>"
     assert names[2] == f"{EW}binary_contig<{EW}op_add, float, float, float, float, 0, 1>"
-    assert names[3] == f"{EW}binary_strided<{EW}op_add, float, float, float, float, 0, false>"
+    assert names[3] == f"{EW}binary_bcast<{EW}op_add, float, float, float, float, 2, 0, 4>"
+    assert names[4] == f"{EW}binary_bcast<{EW}op_multiply, float, float, float, float, 1, 1, 4>"
+    assert names[5] == f"{EW}binary_strided<{EW}op_add, float, float, float, float, 0, false>"
     args = [launch[4] for launch in gpu.launches]
     assert f32(args[0][4]) == 2.0 and f32(args[1][3]) == 3.0
     assert u64(args[2][1]) == a.data_ptr + 4 and i64(args[2][5]) == 999
-    assert u64(args[3][2]) == row.data_ptr
-    assert (c.shape, d.shape, e.shape, f.shape) == ((1000,), (1000,), (999,), (3, 4))
+    # binary_bcast(out, a, b, n, inner)
+    assert [u64(v) for v in args[3][:3]] == [f.data_ptr, x.data_ptr, row.data_ptr]
+    assert (i64(args[3][3]), i64(args[3][4])) == (12, 4)
+    assert [u64(v) for v in args[4][:3]] == [g.data_ptr, col.data_ptr, x.data_ptr]
+    assert (i64(args[4][3]), i64(args[4][4])) == (12, 4)
+    assert u64(args[5][2]) == row.data_ptr + 4
+    assert (c.shape, d.shape, e.shape, f.shape, g.shape, h.shape) == (
+        (1000,),
+        (1000,),
+        (999,),
+        (3, 4),
+        (3, 4),
+        (3, 3),
+    )
 
 
 def test_dtypes_are_converted_by_the_kernel(gpu) -> None:
@@ -262,3 +278,158 @@ def test_operators_leave_foreign_operands_to_their_reflected_methods(gpu) -> Non
         a + 1j
     with pytest.raises(TypeError, match="add: expected an NvArray or a Python/NumPy scalar"):
         ignis.add(a, o)  # the functions never defer
+
+
+# --- the fast paths of ``a + b`` keep the general path's semantics -------------------------------
+
+
+def _launches_of(gpu, fn) -> list:
+    gpu.launches.clear()
+    fn()
+    return [(name, grid, block, stream, args) for name, grid, block, stream, args in gpu.launches]
+
+
+def test_the_fast_path_launches_what_the_general_path_launched(gpu) -> None:
+    # The first call of a layout takes the general path (and compiles); later ones take the
+    # binary hook's fast path. Both must hand the driver the same launch.
+    base, other = empty(1000), empty(1000)
+    m = empty((20, 50))
+    i8 = empty(64, "int8")
+    calls = [
+        (lambda: base + other, 0, 4),
+        (lambda: base[1:] + base[:-1], 0, 1),  # 4 bytes off a 16-byte boundary
+        (lambda: m * m, 0, 4),
+        (lambda: base * 2.5, 2, 4),
+        (lambda: 3.0 - base[1:], 1, 1),
+        (lambda: i8 + 3, 2, 16),
+        (lambda: 7 * i8[1:], 1, 1),
+    ]
+    for fn, form, v in calls:
+        first = _launches_of(gpu, fn)
+        again = _launches_of(gpu, fn)
+        ((name, grid, block, stream, args),) = first
+        ((name2, grid2, block2, stream2, args2),) = again
+        assert name.endswith(f", {form}, {v}>"), name
+        assert (name, grid, block, stream) == (name2, grid2, block2, stream2)
+        assert args[1:] == args2[1:]  # operands, scalars and size; args[0] is each new result
+    # the scalars reach the kernel converted to the compute type (float, int8)
+    assert f32(_launches_of(gpu, lambda: base * 2.5)[0][4][4]) == 2.5
+    assert _launches_of(gpu, lambda: 7 * i8[1:])[0][4][3] == b"\x07"
+    # two scalars are still refused by the hook
+    from ignis._array._cuda_backend import elementwise as ew
+
+    with pytest.raises(TypeError, match="add: at least one operand must be an array"):
+        ew.binary(base._backend, "add", base, 1.0, 2.0, base.dtype)
+    # Operands of another dtype or layout than the output's never take it.
+    h = empty(1000, "float16")
+    ((name, *_),) = _launches_of(gpu, lambda: h + base)
+    assert "ignis::float16" in name
+
+
+def test_the_backend_follows_each_threads_current_stream(gpu) -> None:
+    import threading
+
+    a = empty(1000)
+    backend = a._backend
+    stream = ignis.Stream.from_handle(0x6200, gpu.device)
+    default = ignis.default_stream(gpu.device)
+    seen = {}
+
+    def worker() -> None:  # a new thread: no stream table yet
+        seen["before"] = backend.stream
+        seen["first op"] = (a + 1.0).stream
+        with stream:
+            seen["inside"] = backend.stream
+            seen["op inside"] = (a * 2.0).stream
+        seen["after"] = backend.stream
+
+    gpu.launches.clear()
+    with stream:  # this thread's stream is not the worker's
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+        assert backend.stream is stream is ignis.current_stream(gpu.device)
+    assert seen == {
+        "before": default,
+        "first op": default,
+        "inside": stream,
+        "op inside": stream,
+        "after": default,
+    }
+    assert [launch[3] for launch in gpu.launches] == [0, 0x6200]
+    assert backend.stream is default is ignis.current_stream(gpu.device)
+    allocations = gpu.calls["cuMemAllocAsync"][-2:]
+    assert [int(x[1]) for x in allocations] == [0, 0x6200]  # each result on its stream
+
+
+def test_allocation_reads_the_tables_in_force_not_the_ones_seen_at_import(monkeypatch) -> None:
+    # A memory resource (and a default stream) of another Device object for ordinal 0 sits in
+    # the tables when the fake device replaces them, as a real device's would on a GPU machine.
+    # The backend must allocate from the resource of the tables in force: a table bound at
+    # import would hand a stream of one Device object to a resource of another
+    # ("allocate: stream is on cuda:0, memory resource on cuda:0").
+    import ignis._device as device_module
+    import ignis._memory as memory_module
+    import ignis._stream as stream_module
+
+    other = object.__new__(device_module.Device)
+    other.ordinal = 0
+    stale = object.__new__(memory_module.PlainMemoryResource)
+    stale.device = other
+    monkeypatch.setitem(memory_module._resources, 0, stale)
+    monkeypatch.setitem(stream_module._default_streams, 0, object())
+    gpu = fake_gpu.install(monkeypatch)
+    try:
+        a = empty(1000)
+        c = a + a
+        assert c._storage.device is gpu.device and c._storage._resource is not stale
+        assert c.stream is ignis.current_stream(gpu.device) and c.stream.device is gpu.device
+        assert ignis.get_memory_resource(0).device is gpu.device
+    finally:
+        del a, c
+        fake_gpu.uninstall()
+
+
+def test_statistics_and_frees_are_the_same_through_the_block_cache(monkeypatch) -> None:
+    gpu = fake_gpu.install(monkeypatch, cache_bytes=1 << 20)
+    try:
+        a = empty(1000)
+        base = ignis.memory_stats(0)
+        for _ in range(50):
+            a + a  # the first result's block comes back to the cache; the others reuse it
+        s = ignis.memory_stats(0)
+        assert s["allocation_count"] - base["allocation_count"] == 50
+        assert s["deallocation_count"] - base["deallocation_count"] == 50
+        assert s["current_bytes"] == base["current_bytes"]
+        assert s["peak_bytes"] - base["current_bytes"] == 4000
+        assert s["allocated_bytes_total"] - base["allocated_bytes_total"] == 50 * 4000
+        assert len(gpu.calls["cuMemAllocAsync"]) == 2  # a, then the first result only
+        assert gpu.calls["cuMemFreeAsync"] == []
+        resource = ignis.get_memory_resource(0)
+        assert resource.cached_bytes == 4000
+        # A result on another stream is never cached: it goes back to the driver, on its stream.
+        with ignis.Stream.from_handle(0x6300, gpu.device):
+            d = a + a
+        ptr = d.data_ptr
+        del d
+        assert [(int(p), int(h)) for p, h in gpu.calls["cuMemFreeAsync"]] == [(ptr, 0x6300)]
+        assert ignis.memory_stats(0)["current_bytes"] == base["current_bytes"]
+    finally:
+        fake_gpu.uninstall()
+
+
+def test_a_failed_launch_still_raises_its_cuda_error(gpu, monkeypatch) -> None:
+    import ignis._kernel as kernel_module
+    from ignis._bindings import driver
+
+    failing = (driver.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,)
+    # Read when a kernel is loaded: every kernel of this test launches into a failing driver.
+    monkeypatch.setattr(kernel_module, "_launch_kernel", lambda *args: failing)
+    a = empty(1000)
+    base = ignis.memory_stats(0)["current_bytes"]
+    for _ in range(2):  # the general path (which loads the kernel), then the fast path
+        with pytest.raises(
+            ignis.CudaError, match="CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.*cuLaunchKernel"
+        ):
+            a + a  # noqa: B018
+    assert ignis.memory_stats(0)["current_bytes"] == base  # the results were freed

@@ -425,8 +425,13 @@ class Backend(abc.ABC):
     def optim_sgd(self, params: list[NvArray], grads: list[NvArray],
                   momentum_buffers: list[NvArray] | None, masters: list[NvArray] | None,
                   steps: list[NvArray], lr: NvArray, found_inf: NvArray | None,
-                  hyper: dict[str, Any]) -> None:
-        """SGD step of every parameter in place (see ``ignis.nn.multi_tensor_sgd_``).
+                  hyper: dict[str, Any]) -> Callable[[], None]:
+        """Prepare an SGD step of every parameter in place (see ``ignis.nn.multi_tensor_sgd_``)
+        and return a function that queues it.
+
+        Everything that can fail (allocations, argument checks) happens here; the returned
+        function only queues the work (on the CPU: does it) and allocates nothing, so a caller
+        can prepare several updates and apply all or none of them.
 
         All ``params`` share one dtype, all ``grads`` one dtype (float32 or the params'), all
         contiguous and of their parameter's shape; ``momentum_buffers`` (None without momentum)
@@ -442,8 +447,9 @@ class Backend(abc.ABC):
     def optim_adam(self, params: list[NvArray], grads: list[NvArray], exp_avgs: list[NvArray],
                    exp_avg_sqs: list[NvArray], max_exp_avg_sqs: list[NvArray] | None,
                    masters: list[NvArray] | None, steps: list[NvArray], lr: NvArray,
-                   found_inf: NvArray | None, hyper: dict[str, Any]) -> None:
-        """Adam/AdamW step of every parameter in place (see ``ignis.nn.multi_tensor_adam_``).
+                   found_inf: NvArray | None, hyper: dict[str, Any]) -> Callable[[], None]:
+        """Prepare an Adam/AdamW step of every parameter in place (see
+        ``ignis.nn.multi_tensor_adam_``) and return a function that queues it, as :meth:`optim_sgd`.
 
         Arrays as for :meth:`optim_sgd`; ``max_exp_avg_sqs`` is given for AMSGrad. ``hyper``
         has beta1, beta2, eps, weight_decay (floats) and decoupled (bool: AdamW).
@@ -472,6 +478,21 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no loss-scale update")
 
     # --- [end optim]
+
+    # --- [activation] fused activation backward passes (front end: _nn_activation.py)
+
+    def activation_backward(self, out: NvArray, grad: NvArray, saved: NvArray, kind: str) -> None:
+        """``out = grad * f'(saved)`` elementwise (see ``ignis.nn.gelu_backward`` and friends).
+
+        ``kind`` is "gelu", "gelu_tanh" or "silu" (``saved`` is the forward input x) or
+        "sigmoid", "tanh" or "relu" (``saved`` is the forward output y; relu passes ``grad``
+        where ``y > 0``, else 0). All three arrays are contiguous, of one shape, not empty;
+        ``grad``/``out`` share a dtype that is ``saved``'s or float32 for a 16-bit ``saved``.
+        Computed in float32 (float64 for float64) and rounded once.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no fused activation backward")
+
+    # --- [end activation]
 
     # --- interop stream hand-off (no-ops where there are no streams) ----------------------------
 

@@ -333,15 +333,17 @@ class CpuBackend(Backend):
 
     from . import _cpu_optim as _optim  # the family module, bound once
 
+    # The update itself is the returned function (NumPy has nothing to prepare).
     def optim_sgd(self, params: Any, grads: Any, momentum_buffers: Any, masters: Any, steps: Any,
-                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> None:
-        self._optim.sgd(params, grads, momentum_buffers, masters, steps, lr, found_inf, hyper)
+                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> Any:
+        return lambda: self._optim.sgd(params, grads, momentum_buffers, masters, steps, lr,
+                                       found_inf, hyper)
 
     def optim_adam(self, params: Any, grads: Any, exp_avgs: Any, exp_avg_sqs: Any,
                    max_exp_avg_sqs: Any, masters: Any, steps: Any, lr: Any, found_inf: Any,
-                   hyper: dict[str, Any]) -> None:
-        self._optim.adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters,
-                         steps, lr, found_inf, hyper)
+                   hyper: dict[str, Any]) -> Any:
+        return lambda: self._optim.adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                                        masters, steps, lr, found_inf, hyper)
 
     def optim_l2_norm(self, out: Any, tensors: Any) -> None:
         self._optim.l2_norm(out, tensors)
@@ -357,6 +359,15 @@ class CpuBackend(Backend):
                                  backoff_factor, growth_interval)
 
     # --- [end optim]
+
+    # --- [activation]
+
+    def activation_backward(self, out: NvArray, grad: NvArray, saved: NvArray, kind: str) -> None:
+        from . import _cpu_activation  # imported on first use: it imports this module
+
+        _cpu_activation.activation_backward(out, grad, saved, kind)
+
+    # --- [end activation]
 
 
 class _HostMemory:

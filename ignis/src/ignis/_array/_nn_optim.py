@@ -23,6 +23,10 @@ master and the rounded value is written to the parameter in the same pass.
 The addresses of the arrays are baked into a per-list table that the CUDA backend builds on
 first use and caches; run one step eagerly before capturing a graph so that the table exists.
 
+All or nothing: inside ``with multi_tensor_batch():`` the SGD/Adam updates are prepared (every
+allocation and check) when called and launched together when the block ends without an
+exception; if anything inside raises (out of memory, say), no update is applied.
+
 Example::
 
     >>> import ignis, ignis.nn
@@ -40,7 +44,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import _dtypes as dt
@@ -49,6 +55,7 @@ from ._backend import get_backend
 from .array import NvArray
 
 __all__ = [
+    "multi_tensor_batch",
     "multi_tensor_sgd_",
     "multi_tensor_adam_",
     "multi_tensor_l2_norm",
@@ -59,6 +66,48 @@ __all__ = [
 
 _FLOATS = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
 _HALF = (dt.float16, dt.bfloat16)
+
+
+# --- all-or-nothing batches ---------------------------------------------------------------------
+
+_batch = threading.local()  # .queue: the launches of the open batch on this thread, or None
+
+
+@contextlib.contextmanager
+def multi_tensor_batch() -> Iterator[None]:
+    """Apply the multi-tensor SGD/Adam updates made inside all together, or none of them.
+
+    Each call inside prepares its update at once (its checks and its only allocation, the
+    launch table) and defers the launch; when the block ends without an exception the updates
+    are queued in call order, and when it raises (an out-of-memory error while preparing the
+    third parameter group, say) none is, so parameters, moments and step counters stay as they
+    were. Nested batches join the outermost one. Other functions of this module are not deferred.
+
+    Example::
+
+        with ignis.nn.multi_tensor_batch():
+            ignis.nn.multi_tensor_adam_(decayed, g1, m1, v1, s1, lr, weight_decay=0.1)
+            ignis.nn.multi_tensor_adam_(no_decay, g2, m2, v2, s2, lr)
+    """
+    if getattr(_batch, "queue", None) is not None:
+        yield
+        return
+    queue: list[Callable[[], None]] = []
+    _batch.queue = queue
+    try:
+        yield
+    finally:
+        _batch.queue = None
+    for launch in queue:
+        launch()
+
+
+def _submit(launch: Callable[[], None]) -> None:
+    queue = getattr(_batch, "queue", None)
+    if queue is None:
+        launch()
+    else:
+        queue.append(launch)
 
 
 # --- argument checks -------------------------------------------------------------------------
@@ -253,7 +302,8 @@ def multi_tensor_sgd_(
     use_buf = momentum > 0
     backend = get_backend(device)
     key = lambda i: (params[i].dtype, grads[i].dtype, masters[i] is not None)  # noqa: E731
-    for idx in _groups(n, key).values():
+    # Every dtype combination is prepared before any is launched: all or nothing.
+    launches = [
         backend.optim_sgd(
             [params[i] for i in idx],
             [_readable(grads[i]) for i in idx],
@@ -264,6 +314,10 @@ def multi_tensor_sgd_(
             found_inf,
             hyper,
         )
+        for idx in _groups(n, key).values()
+    ]
+    for launch in launches:
+        _submit(launch)
 
 
 def _check_master(m: NvArray | None, p: NvArray, i: int, op: str) -> None:
@@ -342,7 +396,7 @@ def multi_tensor_adam_(
     }
     backend = get_backend(device)
     key = lambda i: (params[i].dtype, grads[i].dtype, masters[i] is not None)  # noqa: E731
-    for idx in _groups(n, key).values():
+    launches = [  # all prepared before any is launched, as in multi_tensor_sgd_
         backend.optim_adam(
             [params[i] for i in idx],
             [_readable(grads[i]) for i in idx],
@@ -355,6 +409,10 @@ def multi_tensor_adam_(
             found_inf,
             hyper,
         )
+        for idx in _groups(n, key).values()
+    ]
+    for launch in launches:
+        _submit(launch)
 
 
 # --- norms and scaling -----------------------------------------------------------------------

@@ -23,7 +23,7 @@ import ignis.nn
 import ignis
 from ignis import ShapeError
 
-from ..attention import scaled_dot_product_attention
+from ..attention import packed_attention, scaled_dot_product_attention
 from ..functional import dropout as dropout_fn
 from ..functional import where
 from ..tensor import Tensor, needs_grad
@@ -90,6 +90,11 @@ class CausalSelfAttention(Module):
             )
         b, n, _ = xt.shape
         h, hd = self.n_heads, self.head_dim
+        if kv_cache is None and self.rope is None and not (self.training and self.dropout > 0.0):
+            # One recorded op from the packed projection to the merged heads (no split copies
+            # of the gradient to sum in the backward pass).
+            out = packed_attention(self.qkv(xt), h, causal=True)
+            return self.resid_drop(self.proj(out))
         # (B, T, 3*dim) -> (3, B, H, T, hd): q/k/v blocks of the output, heads inside each.
         qkv = self.qkv(xt).reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]

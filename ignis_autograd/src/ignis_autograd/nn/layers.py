@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..functional import add_bias, dropout, embedding, layer_norm, matmul, rms_norm
+from ..functional import dropout, embedding, layer_norm, linear, rms_norm
 from ..tensor import Tensor
 from . import init
 from ._util import as_tensor, check_last_dim, check_probability, new_parameter, positive_int
@@ -56,17 +56,8 @@ class Linear(Module):
     def forward(self, x: Any) -> Tensor:
         xt = as_tensor(x, "Linear")
         check_last_dim(xt, self.in_features, "Linear", "in_features")
-        lead = xt.shape[:-1]
-        # One 2-D product: the batch dimensions fold into the rows of a single GEMM.
-        if xt.ndim != 2:
-            rows = math.prod(lead)
-            xt = xt.reshape(rows, self.in_features)
-        y = matmul(xt, self.weight.mT)
-        if self.bias is not None:
-            y = add_bias(y, self.bias)
-        if len(lead) != 1:
-            y = y.reshape(*lead, self.out_features)
-        return y
+        # One recorded op: the batch dimensions fold into the rows of a single GEMM.
+        return linear(xt, self.weight, self.bias)
 
     def extra_repr(self) -> str:
         return (

@@ -181,15 +181,17 @@ class Optimizer:
     def _state_keys(self, group: ParamGroup) -> tuple[str, ...]:
         return self._STATE_KEYS
 
-    def _ensure_state(self, p: Tensor, group: ParamGroup) -> dict[str, NvArray]:
+    def _prepared_state(self, p: Tensor, group: ParamGroup) -> dict[str, NvArray]:
+        """The state ``p``'s update will use: its own, completed with any missing (zero)
+        entries (e.g. momentum switched on later), or a new one; stored by the caller."""
         st = self._state.get(id(p))
         if st is None:
-            st = self._new_state(p, group)
-            self._state[id(p)] = st
-        else:
-            for key in self._state_keys(group):  # e.g. momentum switched on later
-                if key not in st:
-                    st[key] = ignis.zeros(p.shape, dtype=self._state_dtype(p), device=p.device)
+            return self._new_state(p, group)
+        missing = [key for key in self._state_keys(group) if key not in st]
+        if missing:
+            st = dict(st)
+            for key in missing:
+                st[key] = ignis.zeros(p.shape, dtype=self._state_dtype(p), device=p.device)
         return st
 
     # --- the step ---------------------------------------------------------------------------------
@@ -200,7 +202,12 @@ class Optimizer:
         One multi-tensor launch per group and dtype combination, queued on the stream; nothing
         is synchronized. ``found_inf`` (a float32 device scalar, see :mod:`ignis_autograd.amp`)
         skips the update on the device when nonzero.
+
+        All or nothing: every check and allocation (new state, launch tables) of every group
+        comes before the first launch, so an error such as running out of device memory leaves
+        the parameters and the state as they were.
         """
+        work = []
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
             if not params:
@@ -211,10 +218,19 @@ class Optimizer:
                         f"{type(self).__name__}.step: a gradient has shape {p.grad.shape}, its "
                         f"parameter {p.shape}"
                     )
-            states = [self._ensure_state(p, group) for p in params]
+            work.append((group, params))
+        prepared = []
+        for group, params in work:  # state for every group first
+            states = [self._prepared_state(p, group) for p in params]
             masters = [st.get("master") for st in states]
-            self._update(group, params, states, masters if any(m is not None for m in masters)
-                         else None, found_inf)
+            prepared.append((group, params, states,
+                             masters if any(m is not None for m in masters) else None))
+        with ignis.nn.multi_tensor_batch():  # the updates launch together at the end, or not
+            for group, params, states, masters in prepared:
+                self._update(group, params, states, masters, found_inf)
+            for _, params, states, _ in prepared:  # everything is ready: keep the new state
+                for p, st in zip(params, states, strict=True):
+                    self._state[id(p)] = st
 
     def _update(self, group: ParamGroup, params: list[Tensor], states: list[dict[str, NvArray]],
                 masters: list[NvArray | None] | None, found_inf: NvArray | None) -> None:

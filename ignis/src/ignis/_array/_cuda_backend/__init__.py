@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import _memory, _stream
+from ..._bindings import _init_state
 from ..._device import Device
 from ..._memory import Buffer, alloc, memcpy
 from ..._stream import Event, Stream, current_stream
@@ -46,10 +48,28 @@ class CudaBackend(Backend):
 
     # --- streams -------------------------------------------------------------------------------
 
+    # ``stream`` and ``alloc`` run on every op (to allocate the result, then to launch), so they
+    # do what ``current_stream(self.gpu)`` and ``ignis.alloc`` do without the calls. They read
+    # the modules' state through the modules, at each call (``_stream._tls``,
+    # ``_stream._default_streams``, ``_memory._resources``): a name bound at import would keep
+    # a table that has since been replaced, and hand out a stream or a memory resource of
+    # another Device object for the same ordinal. Every check stays where it was: the resource's
+    # ``allocate`` compares the stream's device with its own, and anything out of the ordinary
+    # (no resource yet, the driver not initialized) takes the general function.
+
     @property
     def stream(self) -> Stream:
         """The stream ops are queued on now: the thread's current stream of this device."""
-        return current_stream(self.gpu)
+        ordinal = self.gpu.ordinal
+        try:
+            stream = _stream._tls.streams.get(ordinal)
+        except AttributeError:  # this thread's first ask: current_stream makes its table
+            return current_stream(self.gpu)
+        if stream is None:
+            stream = _stream._default_streams.get(ordinal)
+            if stream is None:
+                return current_stream(self.gpu)
+        return stream
 
     def default_stream(self) -> Stream:
         return current_stream(self.gpu)
@@ -60,7 +80,18 @@ class CudaBackend(Backend):
     # --- memory --------------------------------------------------------------------------------
 
     def alloc(self, nbytes: int) -> Buffer:
-        return alloc(nbytes, device=self.gpu, stream=current_stream(self.gpu))
+        gpu = self.gpu
+        ordinal = gpu.ordinal
+        try:  # self.stream, inline
+            stream = _stream._tls.streams.get(ordinal)
+        except AttributeError:  # this thread's first ask: current_stream makes its table
+            stream = current_stream(gpu)
+        if stream is None:
+            stream = _stream._default_streams.get(ordinal) or current_stream(gpu)
+        resource = _memory._resources.get(ordinal)
+        if resource is None or not _init_state["ok"]:
+            return alloc(nbytes, device=gpu, stream=stream)
+        return resource.allocate(nbytes, stream)
 
     def storage_nbytes(self, storage: Any) -> int:
         return int(storage.nbytes)
@@ -262,14 +293,15 @@ class CudaBackend(Backend):
     from . import optim as _optim  # the family module, bound once
 
     def optim_sgd(self, params: Any, grads: Any, momentum_buffers: Any, masters: Any, steps: Any,
-                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> None:
-        self._optim.sgd(self, params, grads, momentum_buffers, masters, steps, lr, found_inf, hyper)
+                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> Any:
+        return self._optim.sgd(self, params, grads, momentum_buffers, masters, steps, lr,
+                               found_inf, hyper)
 
     def optim_adam(self, params: Any, grads: Any, exp_avgs: Any, exp_avg_sqs: Any,
                    max_exp_avg_sqs: Any, masters: Any, steps: Any, lr: Any, found_inf: Any,
-                   hyper: dict[str, Any]) -> None:
-        self._optim.adam(self, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, masters,
-                         steps, lr, found_inf, hyper)
+                   hyper: dict[str, Any]) -> Any:
+        return self._optim.adam(self, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                                masters, steps, lr, found_inf, hyper)
 
     def optim_l2_norm(self, out: Any, tensors: Any) -> None:
         self._optim.l2_norm(self, out, tensors)
@@ -285,6 +317,15 @@ class CudaBackend(Backend):
                                  backoff_factor, growth_interval)
 
     # --- [end optim]
+
+    # --- [activation]
+
+    from . import activation as _activation  # the family module, bound once
+
+    def activation_backward(self, out: Any, grad: Any, saved: Any, kind: str) -> None:
+        self._activation.activation_backward(self, out, grad, saved, kind)
+
+    # --- [end activation]
 
 
 class _ForeignStorage:

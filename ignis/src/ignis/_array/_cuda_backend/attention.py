@@ -10,9 +10,12 @@ tensor-core backward is then one pass over key blocks that writes dK and dV and 
 zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
 and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
 atomics. Without it, and for float32 / float64, dK/dV per key block and dQ per query block are
-two passes (deterministic). The tensor-core kernels copy the next tiles with ``cp.async`` into a
-second shared-memory buffer while they compute on the first. Decode attention splits the cache
-over enough blocks to fill the GPU and merges the partial softmax states in a second launch.
+two passes (deterministic). float32 / float64 run the register-tiled scalar kernels
+(``flash_*_simt_tiled``: tiles per (dtype, head dim) in :data:`SIMT_TILES`) unless
+:data:`SIMT_TILED` is False, which selects the first scalar kernels (``flash_*_simt``).
+The tensor-core kernels copy the next tiles with ``cp.async`` into a second shared-memory
+buffer while they compute on the first. Decode attention splits the cache over enough blocks
+to fill the GPU and merges the partial softmax states in a second launch.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ __all__ = [
     "HEAD_DIMS",
     "FWD_ROWS_PER_WARP",
     "BWD_FUSED_DQ",
+    "SIMT_TILED",
+    "SIMT_TILES",
 ]
 
 SOURCE = "attention.cu"
@@ -57,6 +62,22 @@ _DKDV_BN, _DKDV_BM = 64, 32
 _DQ_BM, _DQ_BN = 64, 32
 _DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
 
+#: float32 / float64: True runs the register-tiled scalar kernels, False the first ones
+#: (32 x 32 tiles, a row per warp); both are exact in the dtype and deterministic.
+SIMT_TILED = True
+_TILED_THREADS = 256
+#: Tiles of the register-tiled scalar kernels per (dtype, padded head dim 64 or 128):
+#: kernel -> (rows per block, rows per streamed tile, stages, launch-bounds minimum blocks).
+#: Rows per block are queries for "fwd" and "dq", keys for "dkdv". Chosen so that the
+#: double-buffered float32 tiles leave room for two blocks per SM (227 KiB of shared memory,
+#: 128 registers per thread), except the float32 dK/dV at head dim 128 (64 accumulators).
+SIMT_TILES: dict[tuple[str, int], dict[str, tuple[int, int, int, int]]] = {
+    ("float32", 64): {"fwd": (64, 64, 2, 2), "dq": (64, 32, 2, 2), "dkdv": (64, 32, 2, 2)},
+    ("float32", 128): {"fwd": (64, 32, 2, 2), "dq": (64, 32, 1, 2), "dkdv": (64, 32, 1, 1)},
+    ("float64", 64): {"fwd": (64, 32, 1, 1), "dq": (64, 32, 1, 1), "dkdv": (64, 32, 1, 1)},
+    ("float64", 128): {"fwd": (32, 32, 1, 1), "dq": (32, 32, 1, 1), "dkdv": (32, 32, 1, 1)},
+}
+
 
 def padded_head_dim(e: int) -> int:
     """The kernel head dim for ``e``: the smallest of :data:`HEAD_DIMS` that holds it."""
@@ -66,28 +87,55 @@ def padded_head_dim(e: int) -> int:
     raise ValueError(f"attention: head dim {e} is larger than {HEAD_DIMS[-1]}")
 
 
+def tiled_head_dim(e: int) -> int:
+    """The head dim of the register-tiled scalar kernels for ``e``: 64 or 128."""
+    if e > 128:
+        raise ValueError(f"attention: head dim {e} is larger than 128")
+    return 64 if e <= 64 else 128
+
+
+def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
+    """Name expressions of the register-tiled scalar kernels (float32 / float64)."""
+    t, d, c = _CTYPE[dtype], tiled_head_dim(e), "true" if causal else "false"
+    tiles = SIMT_TILES[(dtype, d)]
+    return {
+        kind: f"ignis::attn::flash_{what}_simt_tiled<{t}, {d}, {c}, {a}, {b}, {st}, {minb}>"
+        for kind, what in (("fwd", "fwd"), ("dkdv", "bwd_dkdv"), ("dq", "bwd_dq"))
+        for a, b, st, minb in [tiles[kind]]
+    }
+
+
 def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     """Name expressions of the kernels one (dtype, head dim, causal) case uses.
 
     float16 / bfloat16 also get ``"fwd_alt"``: the tensor-core forward that
     :data:`FWD_ROWS_PER_WARP` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
-    backward (see :data:`BWD_FUSED_DQ`).
+    backward (see :data:`BWD_FUSED_DQ`). float32 / float64 also get ``"fwd_alt"``,
+    ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels :data:`SIMT_TILED` does not select.
     """
     t, d, c = _CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
     kind = "tc" if dtype in _TC else "simt"
     acc = "double" if dtype == "float64" else "float"
     fwd = f"ignis::attn::flash_fwd_{kind}<{t}, {d}, {c}>"
+    dkdv = f"ignis::attn::flash_bwd_dkdv_{kind}<{t}, {d}, {c}>"
+    dq = f"ignis::attn::flash_bwd_dq_{kind}<{t}, {d}, {c}>"
     extra = {}
     if kind == "tc":
         wide = f"ignis::attn::flash_fwd_tc_m32<{t}, {d}, {c}>"
         fwd, extra["fwd_alt"] = (wide, fwd) if FWD_ROWS_PER_WARP == 32 else (fwd, wide)
         extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
+    else:
+        tiled = tiled_kernel_names(dtype, e, causal)
+        old = {"fwd": fwd, "dkdv": dkdv, "dq": dq}
+        new, alt = (tiled, old) if SIMT_TILED else (old, tiled)
+        fwd, dkdv, dq = new["fwd"], new["dkdv"], new["dq"]
+        extra = {f"{key}_alt": name for key, name in alt.items()}
     return {
         "fwd": fwd,
         **extra,
-        "dkdv": f"ignis::attn::flash_bwd_dkdv_{kind}<{t}, {d}, {c}>",
-        "dq": f"ignis::attn::flash_bwd_dq_{kind}<{t}, {d}, {c}>",
+        "dkdv": dkdv,
+        "dq": dq,
         "rowdot": f"ignis::attn::attn_row_dot<{t}, {acc}>",
         "decode": f"ignis::attn::decode_partial<{t}, {acc}, {d}>",
         "combine": f"ignis::attn::decode_combine<{t}, {acc}>",
@@ -115,6 +163,29 @@ def _vec(e: int, *arrays: NvArray) -> int:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _vec_simt(e: int, itemsize: int, *arrays: NvArray) -> int:
+    """1 when rows can be copied in 16-byte pieces (E elements a multiple of 16 bytes, 16-byte
+    aligned bases)."""
+    if (e * itemsize) % 16:
+        return 0
+    return int(all(a._backend.data_ptr(a) % 16 == 0 for a in arrays))
+
+
+def tiled_smem(dtype: str, e: int, kind: str) -> int:
+    """Dynamic shared memory (bytes) of a register-tiled scalar kernel ("fwd", "dq", "dkdv");
+    the kernels trap when given less."""
+    d = tiled_head_dim(e)
+    a, b, st, _ = SIMT_TILES[(dtype, d)][kind]
+    ld, size = d + 4, 8 if dtype == "float64" else 4
+    if kind == "fwd":  # Q tile, K and V tiles per stage, the probability tile
+        n = a * ld + 2 * st * b * ld + a * (b + 4)
+    elif kind == "dq":  # Q and dO tiles, K and V tiles per stage, the dS tile
+        n = 2 * a * ld + 2 * st * b * ld + a * (b + 4)
+    else:  # K and V tiles, Q and dO tiles per stage, P^T and dS^T tiles, lse and D per stage
+        n = 2 * a * ld + 2 * st * b * ld + 2 * a * (b + 4) + 2 * st * b
+    return n * size
 
 
 def forward(
@@ -151,6 +222,13 @@ def forward(
                 bh0,
             ]
             _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
+        elif SIMT_TILED:
+            bm = SIMT_TILES[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
+            smem = tiled_smem(q.dtype.name, e, "fwd")
+            vec = _vec_simt(e, q.dtype.itemsize, q, k, v)
+            args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, vec]
+            args.append(bh0)
+            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TILED_THREADS, args, smem)
         else:
             smem = _SIMT_B * (3 * d + 1) * q.dtype.itemsize
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0]
@@ -189,6 +267,9 @@ def backward(
     tc = q.dtype.name in _TC
     if tc and BWD_FUSED_DQ:
         _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale)
+        return
+    if not tc and SIMT_TILED:
+        _backward_tiled(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale)
         return
     for bh0, count in _bh_chunks(bh):
         if tc:
@@ -319,6 +400,39 @@ def _backward_fused(
         256,
         [ptr(dq_acc), ptr(dq), n, scale],
     )
+
+
+def _backward_tiled(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    dvec: NvArray,
+    lse: NvArray,
+    names: dict[str, str],
+    scale: float,
+) -> None:
+    """float32 / float64: dK and dV per key block, then dQ per query block (register-tiled)."""
+    b, h, n_q, e = q.shape
+    n_k = k.shape[2]
+    dtype = q.dtype.name
+    tiles = SIMT_TILES[(dtype, tiled_head_dim(e))]
+    ptr = backend.data_ptr
+    vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
+    common = [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec)]
+    sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
+    smem_kv, smem_q = tiled_smem(dtype, e, "dkdv"), tiled_smem(dtype, e, "dq")
+    for bh0, count in _bh_chunks(b * h):
+        grid = (_ceil(n_k, tiles["dkdv"][0]), count)
+        args = [*common, ptr(dk), ptr(dv), *sizes, bh0]
+        _launch(backend, names["dkdv"], grid, _TILED_THREADS, args, smem_kv)
+        grid = (_ceil(n_q, tiles["dq"][0]), count)
+        args = [*common, ptr(dq), *sizes, bh0]
+        _launch(backend, names["dq"], grid, _TILED_THREADS, args, smem_q)
 
 
 def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:

@@ -7,6 +7,11 @@ backend's current stream (or calls the driver's memcpy/memset), choosing between
   value. ``*_contig<..., V>`` moves ``V`` elements per access: ``V = 16 //`` the widest element
   size when every pointer is aligned to its ``V * itemsize`` bytes (one 16-byte load or store
   for the widest operand), else 1.
+* **broadcast** (binary only) — the output and one operand are dense and the other operand is
+  a row repeated over the leading dims (``b`` of shape ``(N,)`` against ``(M, N)``) or a column
+  held along the inner run (``(M, 1)`` against ``(M, N)``, or a single value):
+  ``binary_bcast<..., SIDE, KIND, V>`` reads it with the contiguous kernels' vectors
+  (:func:`broadcast_kind`), where the strided kernel would read element by element.
 * **strided** — anything else (views, broadcasting, negative strides). Dimensions are put in the
   output's memory order and merged where every operand allows (:mod:`._strided`);
   ``*_strided<..., WIDE>`` gets shape and byte strides by value and divides 32-bit indices by
@@ -14,11 +19,12 @@ backend's current stream (or calls the driver's memcpy/memset), choosing between
   dims after merging are split over several launches.
 
 Instantiation scheme: one template instance per (op, work type ``W``, output type, operand types,
-scalar form, ``V`` or ``WIDE``), compiled lazily on first use (NVRTC, then the disk cache) and
-kept in a dict keyed by plain Python objects (op and dtype names, ints), so a repeated call
-costs one dict lookup before the launch. ``W`` is ``float`` for float16/bfloat16 compute and the
-compute dtype's type otherwise; operands of another dtype are converted to ``W`` while loading,
-and results are rounded once into the output dtype, exactly as the CPU backend computes.
+scalar form or broadcast side and kind, ``V`` or ``WIDE``), compiled lazily on first use (NVRTC,
+then the disk cache) and kept in a dict keyed by plain Python objects (op and dtype names, ints),
+so a repeated call costs one dict lookup before the launch. ``W`` is ``float`` for
+float16/bfloat16 compute and the compute dtype's type otherwise; operands of another dtype are
+converted to ``W`` while loading, and results are rounded once into the output dtype, exactly as
+the CPU backend computes.
 
 Same-dtype contiguous copies and contiguous fills (of 1-, 2- and 4-byte patterns) are driver
 memcpy/memset calls and need no kernel. A copy that transposes (the destination dense along one
@@ -59,6 +65,7 @@ __all__ = [
     "arange",
     "random",
     "kernel_name",
+    "broadcast_kind",
     "SOURCE",
     "RANDOM_SOURCE",
 ]
@@ -69,6 +76,8 @@ RANDOM_SOURCE = "random.cu"
 BLOCK = 256  # threads per block
 CONTIG_UNROLL = 2  # ignis::ew::contig_unroll: vectors in flight per thread
 STRIDED_UNROLL = 4  # ignis::ew::strided_unroll: elements in flight per thread
+BCAST_UNROLL = 4  # ignis::ew::bcast_unroll: vectors in flight per thread (binary_bcast)
+ROW, COLUMN = 0, 1  # binary_bcast KIND: the broadcast operand is a repeated row / a held column
 BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 threads
 TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
 TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
@@ -97,11 +106,15 @@ _SCALARS = frozenset((bool, int, float))
 _PACKERS = {n: _strided.StridedPacker(n) for n in (1, 2, 3, 4)}
 _CACHE_LIMIT = 1024  # entries of each layout cache before it starts over
 
+# Compiled kernels by (family, template arguments as names and ints, device ordinal). A
+# binary_contig kernel whose array operands have the output's dtype is also kept under the
+# short key (op, compute name, dtype name, form, V, ordinal) that binary's fast path looks up.
 _kernels: dict[tuple[Any, ...], Kernel] = {}
 _grid_caps: dict[int, int] = {}
 _layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _contiguous_strides: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
 _fill_bits: dict[tuple[Any, ...], int] = {}
+_bcast_plans: dict[tuple[Any, ...], tuple[int, int, int] | None] = {}
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -237,6 +250,83 @@ def _contig_grid(backend: Any, ordinal: int, n: int, v: int) -> int:
     return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
 
+def broadcast_kind(
+    shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
+) -> tuple[int, int] | None:
+    """``(kind, inner)`` when an operand of ``shape`` (the output's, C-contiguous) with byte
+    ``strides`` is one that ``binary_bcast`` reads directly, else None (pure: no GPU needed):
+
+    * ``(ROW, inner)``: zero strides on some leading dims and dense over the rest, e.g. ``b`` of
+      shape ``(N,)`` broadcast to ``(M, N)``: element ``i`` of the output reads ``b[i % inner]``;
+    * ``(COLUMN, inner)``: dense over some leading dims and zero strides on the rest, e.g. ``b``
+      of shape ``(M, 1)`` broadcast to ``(M, N)``, or a single value (``inner`` is then the whole
+      size): element ``i`` reads ``b[i // inner]``.
+
+    Dims of size 1 are ignored (any stride). A dense operand or any other layout gives None.
+
+    >>> broadcast_kind((4, 3), (0, 4), 4), broadcast_kind((4, 3), (4, 0), 4)
+    ((0, 3), (1, 3))
+    """
+    dims = [(n, st) for n, st in zip(shape, strides, strict=True) if n != 1]
+    if not dims:
+        return None  # one element: the contiguous kernels take it
+    zero = [st == 0 for _, st in dims]
+    lead = 0
+    while lead < len(dims) and zero[lead]:
+        lead += 1
+    if lead == len(dims):
+        return (COLUMN, _numel(shape))
+    if lead and not any(zero[lead:]) and _packed(dims[lead:], itemsize):
+        return (ROW, _numel(tuple(n for n, _ in dims[lead:])))
+    dense = len(dims)
+    while zero[dense - 1]:
+        dense -= 1
+    if dense < len(dims) and not any(zero[:dense]) and _packed(dims[:dense], itemsize):
+        return (COLUMN, _numel(tuple(n for n, _ in dims[dense:])))
+    return None
+
+
+def _packed(dims: list[tuple[int, int]], itemsize: int) -> bool:
+    """True when ``(size, byte stride)`` dims are row-major dense with no gaps."""
+    expected = itemsize
+    for n, st in reversed(dims):
+        if st != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _bcast_plan(out: NvArray, a: NvArray, b: NvArray) -> tuple[int, int, int] | None:
+    """``(side, kind, inner)`` for ``binary_bcast`` when ``out`` and one operand are dense and the
+    other is a row or column broadcast (:func:`broadcast_kind`); side 1: ``a`` is the broadcast
+    one, 2: ``b`` is. None: the strided kernel. Remembered per layout."""
+    key = (
+        out._shape,
+        out._strides,
+        a._strides,
+        b._strides,
+        out._dtype.itemsize,
+        a._dtype.itemsize,
+        b._dtype.itemsize,
+    )
+    try:
+        return _bcast_plans[key]
+    except KeyError:
+        pass
+    plan = None
+    if _dense(out):
+        for side, dense, other in ((2, a, b), (1, b, a)):
+            if _dense(dense):
+                found = broadcast_kind(out._shape, other._strides, other._dtype.itemsize)
+                if found is not None:
+                    plan = (side, *found)
+                break
+    if len(_bcast_plans) >= _CACHE_LIMIT:
+        _bcast_plans.clear()
+    _bcast_plans[key] = plan
+    return plan
+
+
 def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tuple[Any, ...]:
     """``(pieces, n, wide)`` for a strided launch: ``pieces`` lists ``(byte offsets per operand,
     packed StridedArgs)``, one launch each (one piece unless more than 8 dims remain after
@@ -337,10 +427,52 @@ def unary(
 def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DType) -> None:
     """``out = op(a, b)`` for an op of ``_semantics.BINARY_OPS``; ``a`` or ``b`` may be a Python
     scalar (see :meth:`Backend.binary`)."""
+    shape = out._shape
+    # The path of ``x + y`` and ``x * 2.0``: array operands of out's dtype and strides, dense,
+    # whose kernel exists. _width's answer is one test (every address on a 16-byte boundary:
+    # vectors), the key short. Anything else, and the first call, takes the general path.
+    if a.__class__ in _SCALARS:
+        form, x, y = 1, (None if b.__class__ in _SCALARS else b), None
+    elif b.__class__ in _SCALARS:
+        form, x, y = 2, a, None
+    else:
+        form, x, y = 0, a, b
+    od = out._dtype
+    strides = out._strides
+    if (
+        x is not None
+        and x._dtype is od
+        and x._strides == strides
+        and (y is None or (y._dtype is od and y._strides == strides))
+        and ((strides[0] == od.itemsize) if len(shape) == 1 else _dense(out))
+    ):
+        n = shape[0] if len(shape) == 1 else _numel(shape)
+        ordinal = backend.gpu.ordinal
+        po = out._storage.ptr + out._offset
+        px = x._storage.ptr + x._offset
+        py = 0 if y is None else y._storage.ptr + y._offset
+        v = 1 if (po | px | py) & 15 else 16 // od.itemsize
+        kernel = _kernels.get((op, compute.name, od.name, form, v, ordinal))
+        if kernel is not None and n:
+            cap = _grid_caps.get(ordinal) or _grid_cap(backend)
+            blocks = (n // v + (BLOCK * CONTIG_UNROLL - 1)) // (BLOCK * CONTIG_UNROLL)
+            zero = _ZERO_N[compute.name]
+            if form == 0:
+                args = [po, px, py, zero, zero, n]
+            elif form == 1:
+                args = [po, 0, px, _PYTYPE_N[compute.name](a), zero, n]
+            else:
+                args = [po, px, 0, zero, _PYTYPE_N[compute.name](b), n]
+            kernel.launch(
+                1 if blocks < 1 else (blocks if blocks < cap else cap),
+                BLOCK,
+                args,
+                stream=backend.stream,
+            )
+            return
     functor = _BINARY_FUNCTOR.get(op)
     if functor is None:
         raise ValueError(f"binary: unknown op {op!r}; expected one of {list(BINARY_OPS)}")
-    shape = out._shape
     n = shape[0] if len(shape) == 1 else _numel(shape)
     if n == 0:
         return
@@ -377,6 +509,8 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 "binary_contig",
                 (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, v),
             )
+            if (ta is od or ta is None) and (tb is od or tb is None):
+                _kernels[(op, cname, od.name, form, v, ordinal)] = kernel  # for the fast path
         kernel.launch(
             _contig_grid(backend, ordinal, n, v),
             BLOCK,
@@ -384,6 +518,11 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
             stream=backend.stream,
         )
         return
+    if not form:
+        plan = _bcast_plan(out, a, b)
+        if plan is not None:
+            _binary_bcast(backend, op, functor, out, po, a, pa, b, pb, compute, plan)
+            return
     zeros = (0,) * len(shape)
     layout = _layout(
         shape, [out._strides, zeros if a_value else a._strides, zeros if b_value else b._strides]
@@ -401,6 +540,48 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
             (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, wide),
         )
     _launch_strided(backend, kernel, [_ptr(out), pa, pb], [sa, sb], layout)
+
+
+def _binary_bcast(
+    backend: Any,
+    op: str,
+    functor: str,
+    out: NvArray,
+    po: int,
+    a: NvArray,
+    pa: int,
+    b: NvArray,
+    pb: int,
+    compute: dt.DType,
+    plan: tuple[int, int, int],
+) -> None:
+    """Launch ``binary_bcast`` for ``out = op(a, b)`` laid out as ``plan`` (:func:`_bcast_plan`).
+
+    16-byte vectors (``V`` elements of the widest type) when the run length is a multiple of
+    ``V`` and the output, the dense operand and a row operand are aligned to their share of a
+    vector (a column operand is read one value at a time); else the same kernel with ``V = 1``.
+    """
+    side, kind, inner = plan
+    od, ad, bd = out._dtype, a._dtype, b._dtype
+    so, sa, sb = od.itemsize, ad.itemsize, bd.itemsize
+    v = 16 // max(so, sa, sb)
+    if (
+        inner % v
+        or po % (v * so)
+        or ((side == 2 or kind == ROW) and pa % (v * sa))
+        or ((side == 1 or kind == ROW) and pb % (v * sb))
+    ):
+        v = 1
+    shape = out._shape
+    n = shape[0] if len(shape) == 1 else _numel(shape)
+    ordinal = backend.gpu.ordinal
+    key = ("binary_b", op, compute.name, od.name, ad.name, bd.name, side, kind, v, ordinal)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        targs = (functor, _WORK[compute], _CTYPE[od], _CTYPE[ad], _CTYPE[bd], side, kind, v)
+        kernel = _kernel(backend, key, SOURCE, "binary_bcast", targs)
+    grid = _grid(backend, n // v, BLOCK * BCAST_UNROLL)
+    kernel.launch(grid, BLOCK, [po, pa, pb, n, inner], stream=backend.stream)
 
 
 # --- where ---------------------------------------------------------------------------------------

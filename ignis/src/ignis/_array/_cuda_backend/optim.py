@@ -7,11 +7,16 @@ the addresses and sizes, so it is cached (keyed by them) and uploaded once, asyn
 the stream; later steps with the same arrays launch with identical arguments, which is what a
 captured CUDA graph needs. Optimizer updates are two launches (the step counters, then the
 update); the norm is two (per-chunk partial sums, then one block combining them in order).
+
+``sgd`` and ``adam`` prepare (build or find the table: the only allocation) and return the
+launches as a function, so that the front end can prepare several updates before launching any
+(see ``ignis.nn.multi_tensor_batch``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -130,16 +135,24 @@ def _ptr(backend: Any, a: NvArray | None) -> int:
 
 
 def _update(backend: Any, kernel: str, slots: list[list[int]], params: list[NvArray],
-            lr: NvArray, found_inf: NvArray | None, extra: list[Any]) -> None:
+            lr: NvArray, found_inf: NvArray | None, extra: list[Any],
+            keep: tuple[Any, ...]) -> Callable[[], None]:
     numels = [p.numel for p in params]
     table, T, B = _tables(backend).get(backend, slots, numels)
     K = len(slots)
     tp, fi = backend.data_ptr(table), _ptr(backend, found_inf)
-    _launch(backend, "ignis::ignis_optim_step_count", -(-T // COUNT_THREADS), COUNT_THREADS,
-            [tp, T, K, B, K - 1, fi])
-    if B:
-        _launch(backend, kernel, B, THREADS,
-                [tp, T, K, B, CHUNK, backend.data_ptr(lr), int(lr.dtype is dt.float64), fi] + extra)
+
+    def launch(_keep: tuple[Any, ...] = (table, lr, found_inf, keep)) -> None:
+        # _keep holds every array whose address is in the table or the arguments until the
+        # launches are queued (the table cache may drop the table meanwhile).
+        _launch(backend, "ignis::ignis_optim_step_count", -(-T // COUNT_THREADS), COUNT_THREADS,
+                [tp, T, K, B, K - 1, fi])
+        if B:
+            _launch(backend, kernel, B, THREADS,
+                    [tp, T, K, B, CHUNK, backend.data_ptr(lr), int(lr.dtype is dt.float64), fi]
+                    + extra)
+
+    return launch
 
 
 def _types(params: list[NvArray], grads: list[NvArray]) -> str:
@@ -150,27 +163,27 @@ def _types(params: list[NvArray], grads: list[NvArray]) -> str:
 
 def sgd(backend: Any, params: list[NvArray], grads: list[NvArray], bufs: list[NvArray] | None,
         masters: list[NvArray | None] | None, steps: list[NvArray], lr: NvArray,
-        found_inf: NvArray | None, hyper: dict[str, Any]) -> None:
+        found_inf: NvArray | None, hyper: dict[str, Any]) -> Callable[[], None]:
     n = len(params)
     slots = [_ptrs(backend, params, n), _ptrs(backend, grads, n), _ptrs(backend, bufs, n),
              _ptrs(backend, masters, n), _ptrs(backend, steps, n)]
     extra = [hyper["momentum"], hyper["dampening"], hyper["weight_decay"], int(hyper["nesterov"])]
-    _update(backend, f"ignis::optim_sgd<{_types(params, grads)}>", slots, params, lr, found_inf,
-            extra)
+    return _update(backend, f"ignis::optim_sgd<{_types(params, grads)}>", slots, params, lr,
+                   found_inf, extra, (params, grads, bufs, masters, steps))
 
 
 def adam(backend: Any, params: list[NvArray], grads: list[NvArray], exp_avgs: list[NvArray],
          exp_avg_sqs: list[NvArray], vmaxes: list[NvArray] | None,
          masters: list[NvArray | None] | None, steps: list[NvArray], lr: NvArray,
-         found_inf: NvArray | None, hyper: dict[str, Any]) -> None:
+         found_inf: NvArray | None, hyper: dict[str, Any]) -> Callable[[], None]:
     n = len(params)
     slots = [_ptrs(backend, params, n), _ptrs(backend, grads, n), _ptrs(backend, exp_avgs, n),
              _ptrs(backend, exp_avg_sqs, n), _ptrs(backend, vmaxes, n),
              _ptrs(backend, masters, n), _ptrs(backend, steps, n)]
     extra = [hyper["beta1"], hyper["beta2"], hyper["eps"], hyper["weight_decay"],
              int(hyper["decoupled"])]
-    _update(backend, f"ignis::optim_adam<{_types(params, grads)}>", slots, params, lr, found_inf,
-            extra)
+    return _update(backend, f"ignis::optim_adam<{_types(params, grads)}>", slots, params, lr,
+                   found_inf, extra, (params, grads, exp_avgs, exp_avg_sqs, vmaxes, masters, steps))
 
 
 def l2_norm(backend: Any, out: NvArray, tensors: list[NvArray]) -> None:

@@ -10,9 +10,13 @@ merging dimensions that are contiguous in memory:
   group of 1..32 lanes each (``reduce_group``), long rows a block each (``reduce_block``),
   split over several blocks when there are too few rows to fill the GPU (a full reduction is
   one row). Contiguous rows are read in 16-byte packs.
-* **cols**: the reduced axis lies outside a contiguous kept axis of ``inner`` elements; each
-  thread owns one column (or one 16-byte pack of columns) and the loads of a warp are
-  contiguous (``reduce_cols``).
+* **cols**: the reduced axis lies outside a contiguous kept axis of ``inner`` elements; the
+  loads of a warp are contiguous. Narrow inner axes: each thread owns one column (or one
+  16-byte pack of columns) (``reduce_cols``). Wide ones (sum, mean, max, min, var): each
+  thread owns several packs, a block a strip of columns and a slab of rows, with 4 rows of
+  packs in flight per thread (``reduce_cols_wide``); the slabs (splits) are chosen from a
+  model of waves of resident blocks, and their partial results are combined by a second
+  launch, one thread per column, in split order.
 
 Anything else (several reduced axes that do not merge, interleaved with kept ones, or a layout
 with no contiguous axis) is first copied into a contiguous temporary with the kept axes in front
@@ -23,7 +27,9 @@ no atomics are used: the same call on the same device gives the same bits.
 
 ``var`` is two passes (the mean, then the mean squared deviation from it), the arithmetic of the
 CPU backend. Softmax reads rows in place when the axis is contiguous (rows) or lies outside a
-contiguous axis (cols); other layouts are copied to a contiguous temporary first.
+contiguous axis (cols); other layouts are copied to a contiguous temporary first. Long
+float16/bfloat16 rows (up to 32768 elements) keep the row in registers in its 16-bit form
+(``softmax_packed``), so that two rows share an SM.
 
 The module constants below are tuning knobs (tests shrink them to reach every path on small
 inputs).
@@ -85,6 +91,19 @@ SOFTMAX_WARP_MAX_N = 1024  # softmax rows up to this length: a warp per row in r
 # registers, and these are the counts that compile without spilling.
 SOFTMAX_MAX_VALUES = 32
 SOFTMAX_MAX_VALUES_NARROW = 8
+# float16/bfloat16 rows longer than this (and up to 512 threads x SOFTMAX_PACKED_ITEMS packs of
+# 8): softmax_packed; SOFTMAX_PACKED = False keeps softmax_block / softmax_online for them.
+SOFTMAX_PACKED = True
+SOFTMAX_PACKED_MIN_N = 8192
+SOFTMAX_PACKED_ITEMS = 8  # 16-byte packs per thread (the most that compile without spilling)
+SOFTMAX_PACKED_MAX_THREADS = 512  # its launch bounds: two such blocks per SM
+# Column reductions (sum, mean, max, min, var) whose contiguous kept axis spans at least
+# COLS_WIDE_MIN_BYTES: reduce_cols_wide; COLS_WIDE = False keeps reduce_cols for them.
+COLS_WIDE = True
+COLS_WIDE_MIN_BYTES = 512
+COLS_WIDE_MIN_ROWS = 128  # fewest reduced rows one block of a split takes
+COLS_WIDE_UNIT_COST = 16384  # split model: a block's fixed cost, in bytes it could have read
+COLS_WIDE_RESIDENT = 396  # resident blocks assumed where the device cannot be asked
 
 _OUTER_LAYOUT = struct.Struct("<8q8qii")  # ignis::OuterLayout
 MAX_OUTER_DIMS = 8
@@ -100,6 +119,8 @@ Dims = list[tuple[int, int]]  # (size, element stride), outermost first
 _recipes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _RECIPE_LIMIT = 1024
 _tls = threading.local()  # .record: the launches of the call being planned, or None
+_resident: dict[tuple[Any, ...], int] = {}  # (device, kernel, block) -> resident blocks
+_wide_splits: dict[tuple[int, ...], int] = {}  # wide_splits' answers
 
 
 # --- launching -----------------------------------------------------------------------------------
@@ -300,7 +321,8 @@ def run_plan(
     """Launch the kernels of ``plan``: ``out[k] = finish(reduce(...))`` for every output ``k``."""
     n, rows = plan.n, plan.rows
     if plan.kind == "cols":
-        _run_cols(backend, plan, types, out_ptr, center, div)
+        if not _run_cols_wide(backend, plan, types, out_ptr, center, div):
+            _run_cols(backend, plan, types, out_ptr, center, div)
     elif (
         plan.rs != 1 or n <= GROUP_MAX_N or (n <= GROUP_WIDE_MAX_N and rows >= GROUP_WIDE_MIN_ROWS)
     ):
@@ -336,8 +358,9 @@ def _run_group(
     div: float,
     partial: bool = False,
     vec: int = 1,
+    group: int = 0,
 ) -> None:
-    group = 32 if vec > 1 else _group_size(n)
+    group = group or (32 if vec > 1 else _group_size(n))
     threads = 256
     grid = min(MAX_GRID, -(-rows * group // threads))
     op = f"ignis::PartialOp<{types.op}>" if partial else types.op
@@ -444,6 +467,118 @@ def _run_cols(
     _launch(backend, "reduction.cu", name, min(MAX_GRID, units * splits), (bx, by), args)
     if partials is not None:
         _finish_partials(backend, partials, outputs, splits, types, out_ptr, div)
+
+
+# --- wide column strips --------------------------------------------------------------------------
+
+
+def wide_packs(vec: int) -> int:
+    """Packs of ``vec`` columns per thread of reduce_cols_wide: 2 of 16 bytes (4 rows of them
+    in flight: 128 bytes a thread), 1 for 1-byte elements (16 accumulators already), 4 single
+    columns when the data allows no 16-byte loads."""
+    return 4 if vec == 1 else (1 if vec >= 16 else 2)
+
+
+def wide_splits(units: int, n: int, resident: int, row_bytes: int, partial_bytes: int) -> int:
+    """How many slabs (splits) of the ``n`` reduced rows reduce_cols_wide cuts each of its
+    ``units`` strips into, at most one per COLS_WIDE_MIN_ROWS rows.
+
+    Model: ``resident`` blocks run at once, each streaming at the same rate, so the time is the
+    number of waves times one unit's cost (its rows times ``row_bytes`` plus
+    COLS_WIDE_UNIT_COST), plus writing and reading back ``partial_bytes`` per split. The
+    cheapest count wins, the smallest on ties. Example: 64 strips of 1 KiB rows, 16384 rows,
+    396 resident blocks: 6 splits (384 blocks, one wave).
+    """
+    key = (units, n, resident, row_bytes, partial_bytes, COLS_WIDE_MIN_ROWS, COLS_WIDE_UNIT_COST)
+    found = _wide_splits.get(key)
+    if found is not None:
+        return found
+    most = max(1, min(MAX_SPLITS, n // COLS_WIDE_MIN_ROWS, -(-4 * resident // units)))
+    best, best_cost = 1, 0.0
+    for s in range(1, most + 1):
+        waves = -(-units * s // resident)
+        cost = waves * (-(-n // s) * row_bytes + COLS_WIDE_UNIT_COST)
+        if s > 1:
+            cost += 2 * s * partial_bytes / resident
+        if s == 1 or cost < best_cost:
+            best, best_cost = s, cost
+    if len(_wide_splits) >= _RECIPE_LIMIT:
+        _wide_splits.clear()
+    _wide_splits[key] = best
+    return best
+
+
+def _resident_blocks(backend: Any, name: str, block: tuple[int, int]) -> int:
+    """Blocks of ``name`` (reduction.cu) that run at once on the backend's device (its SMs
+    times the blocks one SM holds); COLS_WIDE_RESIDENT where there is no device to ask."""
+    gpu = getattr(backend, "gpu", None)
+    if gpu is None:
+        return COLS_WIDE_RESIDENT
+    key = (gpu.ordinal, name, block)
+    count = _resident.get(key)
+    if count is None:
+        kernel = library_kernel("reduction.cu", name, gpu)
+        per_sm = kernel.max_active_blocks_per_multiprocessor(block, 0, gpu)
+        count = _resident[key] = max(1, per_sm) * max(1, int(gpu.multiprocessor_count))
+    return count
+
+
+def _run_cols_wide(
+    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+) -> bool:
+    """Run a cols plan with reduce_cols_wide; False (nothing launched) where it does not apply:
+    COLS_WIDE off, an arg-reduction, or an inner axis narrower than COLS_WIDE_MIN_BYTES."""
+    inner, n, size = plan.inner, plan.n, plan.itemsize
+    if not COLS_WIDE or "Arg" in types.op or inner * size < COLS_WIDE_MIN_BYTES:
+        return False
+    vec = 16 // size
+    # 16-byte packs need every row start on a 16-byte boundary; inner may leave a tail.
+    if not (plan.ptr % 16 == 0 and plan.rs % vec == 0 and all(s % vec == 0 for _, s in plan.outer)):
+        vec = 1
+    packs = wide_packs(vec)
+    strip = 32 * packs * vec
+    by = min(8, _pow2_at_least(n))
+    name = f"ignis::reduce_cols_wide<{types.t}, {types.o}, {types.op}, {vec}, {packs}>"
+    units = plan.rows * -(-inner // strip)
+    outputs = plan.rows * inner
+    resident = _resident_blocks(backend, name, (32, by))
+    splits = wide_splits(units, n, resident, strip * size, outputs * types.acc_size)
+    chunk = -(-n // splits)
+    splits = -(-n // chunk)
+    partials = _scratch(backend, outputs * splits * types.acc_size) if splits > 1 else None
+    args = [
+        plan.ptr,
+        out_ptr,
+        None if partials is None else backend.data_ptr(partials),
+        center,
+        pack_outer(plan.outer),
+        plan.rows,
+        inner,
+        n,
+        plan.rs,
+        splits,
+        chunk,
+        float(div),
+    ]
+    _launch(backend, "reduction.cu", name, min(MAX_GRID, units * splits), (32, by), args)
+    if partials is not None:
+        # partials[split * outputs + k]: output k's splits are `outputs` apart; one lane each
+        # reads them in split order (coalesced over k).
+        _run_group(
+            backend,
+            backend.data_ptr(partials),
+            [(outputs, 1)],
+            outputs,
+            splits,
+            outputs,
+            types,
+            out_ptr,
+            None,
+            div,
+            partial=True,
+            group=1,
+        )
+    return True
 
 
 # --- the hooks ------------------------------------------------------------------------------------
@@ -646,16 +781,24 @@ def _contiguous(backend: Any, x: NvArray) -> NvArray:
 
 
 def softmax_rows_config(
-    n: int, itemsize: int, vec_ok: bool, wide: bool = False
+    n: int, itemsize: int, vec_ok: bool, wide: bool = False, half: bool = False
 ) -> tuple[str, int, int, int]:
     """``(kernel, vec, items, threads)`` for softmax rows of ``n`` elements of ``itemsize``
-    bytes (``wide``: the math is in double).
+    bytes (``wide``: the math is in double; ``half``: float16/bfloat16 in and out).
 
     kernel is "warp" (``items`` per lane), "block" (``threads`` per row holding ``items``
-    packs of ``vec`` values each) or "online" (rows too long for registers).
+    packs of ``vec`` values each), "packed" (the same, 16-bit values kept as loaded) or
+    "online" (rows too long for registers).
+
+    Example: ``softmax_rows_config(32768, 2, True, half=True) == ("packed", 8, 8, 512)``.
     """
     if n <= SOFTMAX_WARP_MAX_N:
         return "warp", 1, _pow2_at_least(-(-n // 32)), 128
+    if half and vec_ok and SOFTMAX_PACKED and n > SOFTMAX_PACKED_MIN_N:
+        items = SOFTMAX_PACKED_ITEMS
+        threads = max(64, _pow2_at_least(-(-n // (8 * items))))
+        if threads <= SOFTMAX_PACKED_MAX_THREADS:
+            return "packed", 8, items, threads
     vec = 16 // itemsize if vec_ok else 1
     values = SOFTMAX_MAX_VALUES if vec >= 4 and not wide else SOFTMAX_MAX_VALUES_NARROW
     max_items = max(1, values // vec)
@@ -678,7 +821,10 @@ def _softmax_rows(backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, l
         and n % vec == 0
         and out_ptr % 16 == 0
     )
-    kernel, vec, items, threads = softmax_rows_config(n, size, vec_ok, out.dtype == dt.float64)
+    half = x.dtype == out.dtype and x.dtype in (dt.float16, dt.bfloat16)
+    kernel, vec, items, threads = softmax_rows_config(
+        n, size, vec_ok, out.dtype == dt.float64, half
+    )
     rows = math.prod(d[0] for d in outer)
     t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
     args = [x_ptr, out_ptr, pack_outer(outer), rows, n, bool(log)]
@@ -692,6 +838,15 @@ def _softmax_rows(backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, l
             backend,
             "softmax.cu",
             f"ignis::softmax_block<{t}, {o}, {vec}, {items}>",
+            min(MAX_GRID, rows),
+            threads,
+            args,
+        )
+    elif kernel == "packed":
+        _launch(
+            backend,
+            "softmax.cu",
+            f"ignis::softmax_packed<{t}, {items}>",
             min(MAX_GRID, rows),
             threads,
             args,
