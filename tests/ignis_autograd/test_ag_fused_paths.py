@@ -19,7 +19,7 @@ def np_dtype(name: str) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def _t(values: np.ndarray, dtype: str, device: str = "cpu", grad: bool = True) -> Tensor:
+def _t(values: np.ndarray, dtype: str, device: str | None = None, grad: bool = True) -> Tensor:
     return Tensor.from_host(values, dtype=dtype, device=device, requires_grad=grad)
 
 

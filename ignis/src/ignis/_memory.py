@@ -265,22 +265,7 @@ class AsyncMemoryResource(MemoryResource):
                     pass
                 else:
                     self._cached_bytes -= nbytes
-                    # _recorded_buffer(self, ptr, nbytes, device, stream), inline (the same
-                    # steps, in the same order): most array results are made here.
-                    ordinal = device.ordinal
-                    log = _logs.get(ordinal)
-                    if log is None:
-                        log = _log(ordinal)
-                    log.append(nbytes)
-                    if len(log) > _FOLD_AT:
-                        _fold_soon(ordinal)
-                    buf = _new_object(Buffer)
-                    buf.ptr = ptr
-                    buf.nbytes = nbytes
-                    buf.device = device
-                    buf.stream = stream
-                    buf._resource = self
-                    return buf
+                    return _recorded_buffer(self, ptr, nbytes, device, stream)
         return MemoryResource.allocate(self, nbytes, stream)
 
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
@@ -409,16 +394,18 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
 # --- buffers ------------------------------------------------------------------------------------
 
 
-def _free_buffer(
-    resource: MemoryResource, ptr: int, nbytes: int, stream: Stream, refused: bool = False
-) -> None:
-    """Give a block back (to the resource's cache, else to the driver) and record the free.
-    ``refused``: the caller has asked ``resource._keep`` already, and it said no."""
+def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream) -> None:
     device = resource.device
     try:
-        if refused or not resource._keep(ptr, nbytes, stream):
+        if not resource._keep(ptr, nbytes, stream):
             if getattr(_device_tls, "active", None) is not device:
                 activate(device)
+            if stream.closed:
+                # The buffer outlived its stream: a free queued on a destroyed stream is
+                # undefined (it crashed the process). Wait for all queued work instead (the
+                # destroyed stream's included), then free on the default stream.
+                cu.cuCtxSynchronize()
+                stream = default_stream(device)
             resource._free(ptr, stream)
     finally:
         log = _logs.get(device.ordinal)  # _record_free, inline: every array result comes here
@@ -496,21 +483,7 @@ class Buffer:
         if resource is not None and resource is not _FREED:
             self._resource = _FREED
             try:
-                # _free_buffer(resource, self.ptr, self.nbytes, self.stream) with its common
-                # case inline: a block the resource's cache takes needs only the record.
-                nbytes = self.nbytes
-                try:
-                    kept = resource._keep(self.ptr, nbytes, self.stream)
-                except BaseException:
-                    _record_free(resource.device.ordinal, nbytes)  # as _free_buffer would
-                    raise
-                if kept:
-                    log = _logs.get(resource.device.ordinal)  # _record_free, inline
-                    if log is None:
-                        log = _log(resource.device.ordinal)
-                    log.append(-nbytes)
-                else:
-                    _free_buffer(resource, self.ptr, nbytes, self.stream, refused=True)
+                _free_buffer(resource, self.ptr, self.nbytes, self.stream)
             except BaseException:
                 if not _is_finalizing():  # at exit the driver may already be gone: say nothing
                     raise
@@ -688,7 +661,7 @@ def _address(obj: Any, op: str, writable: bool) -> tuple[int, Device | None, Any
         if writable and not obj.flags.writeable:
             raise ValueError(f"{op}: the destination array is read-only")
         return obj.ctypes.data, None, obj
-    if hasattr(obj, "ptr") and hasattr(obj, "device") and isinstance(obj.ptr, int):
+    if hasattr(obj, "ptr") and hasattr(obj, "device") and isinstance(getattr(obj, "ptr"), int):
         dev = obj.device
         return obj.ptr, dev if isinstance(dev, Device) else None, obj
     if isinstance(obj, (bytes, bytearray, memoryview)):

@@ -110,7 +110,8 @@ class Stream:
 
     @property
     def closed(self) -> bool:
-        return self._finalizer is not None and not self._finalizer.alive
+        finalizer = getattr(self, "_finalizer", None)  # None: not ours to destroy (legacy, wrapped)
+        return finalizer is not None and not finalizer.alive
 
     def close(self) -> None:
         """Destroy the stream. Work already queued still runs to completion."""

@@ -196,3 +196,20 @@ def test_cached_blocks_are_reused_in_stream_order() -> None:
     cached = mr.cached_bytes
     mr.trim()  # frees the cached blocks too
     assert mr.cached_bytes == 0 and cached >= 4000
+
+
+def test_a_buffer_outliving_its_closed_stream_is_freed_safely() -> None:
+    # A free queued on a destroyed stream is undefined behaviour (it crashed a threaded load
+    # test): the buffer waits for the device and frees on the default stream instead.
+    stream = ignis.Stream(0)
+    buf = ignis.alloc(1 << 20, stream=stream)
+    ignis.memset(buf, 7, stream=stream)
+    gc.collect()
+    before = ignis.memory_stats()["current_bytes"]
+    stream.close()
+    assert stream.closed and not buf.closed
+    del buf
+    gc.collect()
+    assert ignis.memory_stats()["current_bytes"] == before - (1 << 20)
+    x = ignis.ones((1000,), device="cuda:0")
+    assert float(ignis.sum(x).item()) == 1000.0  # the device is still fine
