@@ -23,7 +23,7 @@ SECONDS = float(os.environ.get("IGNIS_LOAD_SECONDS", "20"))
 THREADS = int(os.environ.get("IGNIS_LOAD_THREADS", "8"))
 
 
-def _rss_bytes() -> int:
+def rss_bytes() -> int:
     """Resident set size of this process (Linux), 0 where unknown."""
     try:
         with open("/proc/self/statm") as f:
@@ -139,7 +139,7 @@ def test_host_memory_stays_flat_under_repeated_work():
     tracemalloc.start()
     try:
         before_py = tracemalloc.get_traced_memory()[0]
-        before_rss = _rss_bytes()
+        before_rss = rss_bytes()
         deadline = time.monotonic() + SECONDS
         iterations = 0
         while time.monotonic() < deadline:
@@ -147,7 +147,7 @@ def test_host_memory_stays_flat_under_repeated_work():
             iterations += 1
         gc.collect()
         after_py = tracemalloc.get_traced_memory()[0]
-        after_rss = _rss_bytes()
+        after_rss = rss_bytes()
         top = tracemalloc.take_snapshot().statistics("lineno")[:5]
     finally:
         tracemalloc.stop()

@@ -19,6 +19,7 @@ import pytest
 import ignis
 import ignis_autograd as ag
 from ignis_autograd import nn, optim
+from test_load import rss_bytes
 
 pytestmark = pytest.mark.gpu
 
@@ -109,14 +110,6 @@ def test_oom_at_any_allocation_of_a_step_leaves_parameters_and_optimizer_state_i
         ignis.set_memory_resource(previous)
 
 
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 @pytest.mark.slow
 def test_a_long_training_loop_keeps_device_and_host_memory_flat():
     model, opt, x, y = build(1)
@@ -126,7 +119,7 @@ def test_a_long_training_loop_keeps_device_and_host_memory_flat():
     ignis.synchronize()
     gc.collect()
     base = ignis.memory_stats()["current_bytes"]
-    rss = _rss_bytes()
+    rss = rss_bytes()
     for i in range(STEPS):
         train_step(model, opt, x, y)
         if i % 1000 == 999:
@@ -135,4 +128,4 @@ def test_a_long_training_loop_keeps_device_and_host_memory_flat():
     gc.collect()
     assert ignis.memory_stats()["current_bytes"] == base
     if rss:
-        assert _rss_bytes() - rss < 32 << 20, (rss, _rss_bytes())
+        assert rss_bytes() - rss < 32 << 20, (rss, rss_bytes())

@@ -41,7 +41,7 @@ from ignis import _dtypes as dt
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ALL_DTYPES = list(dt.all_dtypes)
-CTYPE = dict(ew._CTYPE)
+CTYPE = dict(ew.CTYPE)
 WORK = dict(ew._WORK)
 
 # ==================================================================================================

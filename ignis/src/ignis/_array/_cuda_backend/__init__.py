@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import _memory, _stream
+from ... import _memory
 from ..._bindings import _init_state
 from ..._device import Device
 from ..._memory import Buffer, alloc, memcpy
@@ -48,28 +48,10 @@ class CudaBackend(Backend):
 
     # --- streams -------------------------------------------------------------------------------
 
-    # ``stream`` and ``alloc`` run on every op (to allocate the result, then to launch), so they
-    # do what ``current_stream(self.gpu)`` and ``ignis.alloc`` do without the calls. They read
-    # the modules' state through the modules, at each call (``_stream._tls``,
-    # ``_stream._default_streams``, ``_memory._resources``): a name bound at import would keep
-    # a table that has since been replaced, and hand out a stream or a memory resource of
-    # another Device object for the same ordinal. Every check stays where it was: the resource's
-    # ``allocate`` compares the stream's device with its own, and anything out of the ordinary
-    # (no resource yet, the driver not initialized) takes the general function.
-
     @property
     def stream(self) -> Stream:
         """The stream ops are queued on now: the thread's current stream of this device."""
-        ordinal = self.gpu.ordinal
-        try:
-            stream = _stream._tls.streams.get(ordinal)
-        except AttributeError:  # this thread's first ask: current_stream makes its table
-            return current_stream(self.gpu)
-        if stream is None:
-            stream = _stream._default_streams.get(ordinal)
-            if stream is None:
-                return current_stream(self.gpu)
-        return stream
+        return current_stream(self.gpu)
 
     def default_stream(self) -> Stream:
         return current_stream(self.gpu)
@@ -79,16 +61,15 @@ class CudaBackend(Backend):
 
     # --- memory --------------------------------------------------------------------------------
 
+    # ``alloc`` runs for every op result, so it goes to the device's memory resource directly
+    # when there is one, reading ``_memory._resources`` through the module at each call (a table
+    # bound at import could have been replaced since, and hold a resource of another Device
+    # object for the same ordinal). The resource's ``allocate`` keeps every check; anything out
+    # of the ordinary (no resource yet, the driver not initialized) takes ``ignis.alloc``.
     def alloc(self, nbytes: int) -> Buffer:
         gpu = self.gpu
-        ordinal = gpu.ordinal
-        try:  # self.stream, inline
-            stream = _stream._tls.streams.get(ordinal)
-        except AttributeError:  # this thread's first ask: current_stream makes its table
-            stream = current_stream(gpu)
-        if stream is None:
-            stream = _stream._default_streams.get(ordinal) or current_stream(gpu)
-        resource = _memory._resources.get(ordinal)
+        stream = self.stream
+        resource = _memory._resources.get(gpu.ordinal)
         if resource is None or not _init_state["ok"]:
             return alloc(nbytes, device=gpu, stream=stream)
         return resource.allocate(nbytes, stream)

@@ -46,7 +46,6 @@ HEAD_DIMS = (32, 64, 96, 128)
 LOG2E = 1.4426950408889634
 MAX_GRID_Y = 65535
 
-_CTYPE = CTYPE
 _TC = ("float16", "bfloat16")
 
 # Tile shapes of the kernels (must match attention.cu).
@@ -96,7 +95,7 @@ def tiled_head_dim(e: int) -> int:
 
 def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     """Name expressions of the register-tiled scalar kernels (float32 / float64)."""
-    t, d, c = _CTYPE[dtype], tiled_head_dim(e), "true" if causal else "false"
+    t, d, c = CTYPE[dtype], tiled_head_dim(e), "true" if causal else "false"
     tiles = SIMT_TILES[(dtype, d)]
     return {
         kind: f"ignis::attn::flash_{what}_simt_tiled<{t}, {d}, {c}, {a}, {b}, {st}, {minb}>"
@@ -113,7 +112,7 @@ def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     backward (see :data:`BWD_FUSED_DQ`). float32 / float64 also get ``"fwd_alt"``,
     ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels :data:`SIMT_TILED` does not select.
     """
-    t, d, c = _CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
+    t, d, c = CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
     kind = "tc" if dtype in _TC else "simt"
     acc = "double" if dtype == "float64" else "float"
     fwd = f"ignis::attn::flash_fwd_{kind}<{t}, {d}, {c}>"

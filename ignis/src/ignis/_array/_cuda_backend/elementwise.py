@@ -82,11 +82,10 @@ BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 thr
 TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
 TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
 
-_CTYPE = CTYPE
 # The C++ type an op computes in for each compute dtype, the Python type its scalars are passed
 # as (the argument packer converts them exactly, e.g. a float to float32 like NumPy's float32()),
 # and the value passed for an unused scalar parameter.
-_WORK = dict(_CTYPE)
+_WORK = dict(CTYPE)
 _WORK[dt.float16] = _WORK[dt.bfloat16] = "float"
 _PYTYPE = {d: (bool if d.kind == "b" else float if d.kind == "f" else int) for d in dt.all_dtypes}
 _ZERO = {d: t(0) for d, t in _PYTYPE.items()}
@@ -402,7 +401,7 @@ def unary(
                 key,
                 SOURCE,
                 "unary_contig",
-                (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], v),
+                (functor, _WORK[compute], CTYPE[od], CTYPE[xd], v),
             )
         kernel.launch(
             _contig_grid(backend, ordinal, n, v), BLOCK, [po, px, n], stream=backend.stream
@@ -416,7 +415,7 @@ def unary(
         key,
         SOURCE,
         "unary_strided",
-        (functor, _WORK[compute], _CTYPE[od], _CTYPE[xd], wide),
+        (functor, _WORK[compute], CTYPE[od], CTYPE[xd], wide),
     )
     _launch_strided(backend, kernel, [_ptr(out), _ptr(x)], [], layout)
 
@@ -454,8 +453,6 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
         v = 1 if (po | px | py) & 15 else 16 // od.itemsize
         kernel = _kernels.get((op, compute.name, od.name, form, v, ordinal))
         if kernel is not None and n:
-            cap = _grid_caps.get(ordinal) or _grid_cap(backend)
-            blocks = (n // v + (BLOCK * CONTIG_UNROLL - 1)) // (BLOCK * CONTIG_UNROLL)
             zero = _ZERO_N[compute.name]
             if form == 0:
                 args = [po, px, py, zero, zero, n]
@@ -463,12 +460,7 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 args = [po, 0, px, _PYTYPE_N[compute.name](a), zero, n]
             else:
                 args = [po, px, 0, zero, _PYTYPE_N[compute.name](b), n]
-            kernel.launch(
-                1 if blocks < 1 else (blocks if blocks < cap else cap),
-                BLOCK,
-                args,
-                stream=backend.stream,
-            )
+            kernel.launch(_contig_grid(backend, ordinal, n, v), BLOCK, args, stream=backend.stream)
             return
     functor = _BINARY_FUNCTOR.get(op)
     if functor is None:
@@ -507,7 +499,7 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 key,
                 SOURCE,
                 "binary_contig",
-                (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, v),
+                (functor, w, CTYPE[od], CTYPE[ta] if ta else w, CTYPE[tb] if tb else w, form, v),
             )
             if (ta is od or ta is None) and (tb is od or tb is None):
                 _kernels[(op, cname, od.name, form, v, ordinal)] = kernel  # for the fast path
@@ -537,7 +529,7 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
             key,
             SOURCE,
             "binary_strided",
-            (functor, w, _CTYPE[od], _CTYPE[ta] if ta else w, _CTYPE[tb] if tb else w, form, wide),
+            (functor, w, CTYPE[od], CTYPE[ta] if ta else w, CTYPE[tb] if tb else w, form, wide),
         )
     _launch_strided(backend, kernel, [_ptr(out), pa, pb], [sa, sb], layout)
 
@@ -578,7 +570,7 @@ def _binary_bcast(
     key = ("binary_b", op, compute.name, od.name, ad.name, bd.name, side, kind, v, ordinal)
     kernel = _kernels.get(key)
     if kernel is None:
-        targs = (functor, _WORK[compute], _CTYPE[od], _CTYPE[ad], _CTYPE[bd], side, kind, v)
+        targs = (functor, _WORK[compute], CTYPE[od], CTYPE[ad], CTYPE[bd], side, kind, v)
         kernel = _kernel(backend, key, SOURCE, "binary_bcast", targs)
     grid = _grid(backend, n // v, BLOCK * BCAST_UNROLL)
     kernel.launch(grid, BLOCK, [po, pa, pb, n, inner], stream=backend.stream)
@@ -616,7 +608,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
             arrays.append(x)
             ptrs.append(_ptr(x))
             values.append(unused)
-            types.append(_CTYPE[x._dtype])
+            types.append(CTYPE[x._dtype])
             key_types.append(x._dtype.name)
     od = out._dtype
     ordinal = backend.gpu.ordinal
@@ -624,7 +616,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
     if v:
         key = ("where", cname, od.name, *key_types, forms, v, ordinal)
         kernel = _kernels.get(key) or _kernel(
-            backend, key, SOURCE, "where_contig", (work, _CTYPE[od], *types, forms, v)
+            backend, key, SOURCE, "where_contig", (work, CTYPE[od], *types, forms, v)
         )
         kernel.launch(
             _grid(backend, n // v, BLOCK * CONTIG_UNROLL),
@@ -641,7 +633,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
     wide = layout[2]
     key = ("where_s", cname, od.name, *key_types, forms, wide, ordinal)
     kernel = _kernels.get(key) or _kernel(
-        backend, key, SOURCE, "where_strided", (work, _CTYPE[od], *types, forms, wide)
+        backend, key, SOURCE, "where_strided", (work, CTYPE[od], *types, forms, wide)
     )
     _launch_strided(backend, kernel, ptrs, values, layout)
 
@@ -673,7 +665,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
             return
         key = ("copy", od.name, sd.name, v, ordinal)
         kernel = _kernels.get(key) or _kernel(
-            backend, key, SOURCE, "copy_contig", (_CTYPE[od], _CTYPE[sd], v)
+            backend, key, SOURCE, "copy_contig", (CTYPE[od], CTYPE[sd], v)
         )
         kernel.launch(
             _contig_grid(backend, ordinal, n, v), BLOCK, [pd, ps, n], stream=backend.stream
@@ -683,7 +675,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
     if plan is not None:
         key = ("copy_t", od.name, sd.name, ordinal)
         kernel = _kernels.get(key) or _kernel(
-            backend, key, SOURCE, "copy_transpose", (_CTYPE[od], _CTYPE[sd])
+            backend, key, SOURCE, "copy_transpose", (CTYPE[od], CTYPE[sd])
         )
         rows, cols, batches = plan[:3]
         grid = (
@@ -697,7 +689,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
     wide = layout[2]
     key = ("copy_s", od.name, sd.name, wide, ordinal)
     kernel = _kernels.get(key) or _kernel(
-        backend, key, SOURCE, "copy_strided", (_CTYPE[od], _CTYPE[sd], wide)
+        backend, key, SOURCE, "copy_strided", (CTYPE[od], CTYPE[sd], wide)
     )
     _launch_strided(backend, kernel, [_ptr(dst), _ptr(src)], [], layout)
 
@@ -821,12 +813,12 @@ def arange(backend: Any, out: NvArray, start: float, step: float) -> None:
     if dtype.kind == "f":
         key = ("arange_f", dtype.name, ordinal)
         kernel = _kernels.get(key) or _kernel(
-            backend, key, SOURCE, "arange_float", (_CTYPE[dtype],)
+            backend, key, SOURCE, "arange_float", (CTYPE[dtype],)
         )
         args = [_ptr(out), float(start), float(step), n]
     else:
         key = ("arange_i", dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_int", (_CTYPE[dtype],))
+        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_int", (CTYPE[dtype],))
         args = [_ptr(out), _wrap64(int(start)), _wrap64(int(step)), n]
     kernel.launch(_grid(backend, n, BLOCK), BLOCK, args, stream=backend.stream)
 
@@ -870,13 +862,13 @@ def random(
         wide = span > 2**32  # two words per element
         key = (kind, dtype.name, wide, ordinal)
         kernel = _kernels.get(key) or _kernel(
-            backend, key, RANDOM_SOURCE, kind, (_CTYPE[dtype], wide)
+            backend, key, RANDOM_SOURCE, kind, (CTYPE[dtype], wide)
         )
         per_block = 2 if wide else 4
         args = [_ptr(out), n, k0, k1, offset, _wrap64(low), span - 1]
     else:
         key = (kind, dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(backend, key, RANDOM_SOURCE, kind, (_CTYPE[dtype],))
+        kernel = _kernels.get(key) or _kernel(backend, key, RANDOM_SOURCE, kind, (CTYPE[dtype],))
         per_block = 2 if dtype is dt.float64 else 4  # elements one Philox block gives
         args = [_ptr(out), n, k0, k1, offset]
     blocks = (n + per_block - 1) // per_block

@@ -200,7 +200,7 @@ def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, bet
     if out.numel == 0:
         return
     dtype = out.dtype
-    if dtype not in _CTYPE or a.dtype is not dtype or b.dtype is not dtype:
+    if dtype not in CTYPE or a.dtype is not dtype or b.dtype is not dtype:
         raise IgnisError(  # the front end promotes first: reaching this is a bug
             f"matmul: the cuda backend expects operands of out's dtype {dtype.name}, got "
             f"{a.dtype.name} and {b.dtype.name}"
@@ -356,7 +356,6 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
 
 # --- the own kernels ---------------------------------------------------------------------------
 
-_CTYPE = CTYPE
 _ARGS = struct.Struct("<3q6qq" + f"{MAX_BATCH_DIMS}q" * 4 + "2d4i")  # ignis::gemm::GemmArgs
 
 
@@ -434,7 +433,7 @@ def plan_own_gemm(dtype: dt.DType, compute_capability: tuple[int, int], allow_tf
     shape, (sa, sb, sc) = collapse_batch(batch, [a.bs, b.bs, c.bs])
     la, a_rs, a_cs = kernel_layout(m, k, a, sa, item)
     lb, b_rs, b_cs = kernel_layout(k, n, b, sb, item)
-    name = f"ignis::gemm::gemm_{family}<{_CTYPE[dtype]}, {la}, {lb}>"
+    name = f"ignis::gemm::gemm_{family}<{CTYPE[dtype]}, {la}, {lb}>"
     smem = _tc_smem_bytes(dtype, la, lb) if family == "tc" else 0
     bm, bn = _tile_shape(family, dtype)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)
