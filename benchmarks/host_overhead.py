@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import re
 import statistics
 import sys
@@ -42,6 +43,7 @@ import ignis._device as _device
 import ignis._kernel as _kernel
 import numpy as np
 from ignis._arg_packing import ArgPacker
+from ignis._array._cuda_backend import attention as cuda_attention
 from ignis._array._cuda_backend._strided import StridedPacker
 from ignis._bindings import cu, driver
 
@@ -80,6 +82,7 @@ H200 = {
 _STRUCT_SIZES: dict[str, Callable[[re.Match[str]], int]] = {
     r"StridedArgs<(\d+)>": lambda m: StridedPacker(int(m.group(1))).size,
     r"OuterLayout": lambda m: 8 * 8 + 8 * 8 + 4 + 4,
+    r"^Layout$": lambda m: cuda_attention.LAYOUT.size,  # ignis::attn::Layout
 }
 
 
@@ -111,13 +114,25 @@ class FakeDriver:
         self.counts: dict[str, int] = {}
         self._saved: dict[str, Any] = {}
         success = driver.CUresult.CUDA_SUCCESS
-        # One fixed, 256-byte aligned address: alignment is all the backend looks at.
+        # The result of every allocation call: the address of the first (see _counted).
         self._alloc_result = (success, driver.CUdeviceptr(0x7F00_0000_0000))
         self._pool_result = (success, driver.CUmemoryPool(0x1000))
 
     def _counted(self, name: str, result: tuple[Any, ...]) -> Callable[..., tuple[Any, ...]]:
         counts = self.counts
         counts[name] = 0
+        if result is self._alloc_result:
+            # Distinct live allocations have distinct addresses (4 GiB apart, 256-byte aligned),
+            # as on a device: the backend's plan caches tell buffers apart by address.
+            success = driver.CUresult.CUDA_SUCCESS
+            serial = itertools.count()
+
+            def allocate(*args: Any) -> tuple[Any, ...]:
+                counts[name] += 1
+                return (success, driver.CUdeviceptr(0x7F00_0000_0000 + (next(serial) % 4096 << 32)))
+
+            allocate.__name__ = name
+            return allocate
 
         def call(*args: Any) -> tuple[Any, ...]:
             counts[name] += 1

@@ -1,7 +1,12 @@
 // attention.cu - fused scaled dot-product attention (FlashAttention-2 style) and decode attention.
 //
-// Layout: q (BH, L, E), k and v (BH, S, E), out like q, all contiguous; lse (BH, L) holds the
-// natural-log sum of exp of each query's scaled scores (-inf for a query that sees no key).
+// Layout: q (B, H, L, E), k and v (B, H, S, E), out, dout and dq like q, dk and dv like k: views
+// whose last dim is contiguous and whose batch, head and row strides are arbitrary (a Layout
+// argument carries them, in elements), so heads sliced out of a packed (B, T, 3, H, E) projection
+// are read in place and results land in place. lse (BH, L) is contiguous and holds the
+// natural-log sum of exp of each query's scaled scores (-inf for a query that sees no key); so
+// are the scratch rows (D, the fused backwards' dQ sums: float32, or T for float / double).
+// The decode kernels take contiguous (BH, rows, E) arrays.
 // Causal masking is aligned to the end: query i sees key j when j <= i + S - L; a query that
 // sees no key gets a zero output row. Head dims up to 128: kernels are templated on a padded
 // head dim D (32, 64, 96, 128); columns E..D-1 are zero-filled in shared memory and registers.
@@ -21,7 +26,10 @@
 //                                    the same three for float / double with register
 //                                    micro-tiles (4 x 4 scores per thread), double-buffered
 //                                    cp.async tiles, exp2 with log2(e) folded into the scale;
-//                                    D is 64 or 128 (see the section's comment).
+//                                    D is 64 or 128 (see the section's comment); the
+//                                    backward also fused into one pass with dQ by atomics
+//                                    (flash_bwd_fused_simt_tiled).
+//   attn_dq_finish<T, A>             dQ of the fused backwards: the sums in A scaled into dq.
 //   attn_row_dot<T, A>               D[r] = sum_e dO[r, e] * O[r, e] (backward preprocessing).
 //   decode_partial<T, A, D>, decode_combine<T, A>
 //                                    one query per (batch, head) against cache rows [0, n):
@@ -62,6 +70,28 @@ IGNIS_DEV float exp2_fast(float x) {
 }
 IGNIS_DEV double max_(double a, double b) { return fmax(a, b); }
 
+// Element strides of one (B, H, rows, E) operand: row r of head (b, h) starts at element
+// b * sb + h * sh + r * st of its base (any sign; the last dim has stride 1).
+struct Strides {
+  int64 sb, sh, st;
+};
+
+// Passed by value to every attention kernel: the head count H (the flat head index
+// bh = bh0 + blockIdx.y is b * H + h) and the strides of each operand a kernel reads or writes
+// (a kernel ignores the ones it does not use).
+struct Layout {
+  int64 heads;
+  Strides q, k, v, o, dout, dq, dk, dv;
+};
+static_assert(sizeof(Layout) == 25 * 8, "Layout must match the host's packing (attention.py)");
+
+// Element offset of head bh's first row in an operand with strides s. The division is 32-bit
+// (the host keeps B * H below 2^31): a 64-bit one is a called routine.
+IGNIS_DEV int64 head_offset(const Strides& s, int64 bh, int64 heads) {
+  const unsigned b = (unsigned)bh / (unsigned)heads, h = (unsigned)bh - b * (unsigned)heads;
+  return (int64)b * s.sb + (int64)h * s.sh;
+}
+
 #if !defined(IGNIS_ATTN_HOST_EMULATION)  // a test builds these kernels on a host emulator
 IGNIS_DEV unsigned char* dynamic_smem() {
   extern __shared__ __align__(16) unsigned char ignis_attn_smem[];
@@ -81,18 +111,19 @@ template <bool CAUSAL> IGNIS_DEV bool visible(int i, int j, int L, int S) {
   return i < L && j < S && (!CAUSAL || j <= i + S - L);
 }
 
-// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) row-major matrix into shared memory with row
-// stride LD; zeros outside. vec (E % 8 == 0, 16-byte aligned bases): asynchronous 16-byte copies
-// (the caller commits and waits); otherwise plain element copies, complete on return.
+// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) matrix with row stride ldg (elements) into
+// shared memory with row stride LD; zeros outside. vec (E % 8 == 0, 16-byte aligned bases and
+// strides): asynchronous 16-byte copies (the caller commits and waits); otherwise plain element
+// copies, complete on return.
 template <class T, int R, int D, int LD, int THREADS>
-IGNIS_DEV void load_tile16(T* s, const T* g, int r0, int rows, int E, bool vec) {
+IGNIS_DEV void load_tile16(T* s, const T* g, int r0, int rows, int E, int64 ldg, bool vec) {
   if (vec) {
     constexpr int CH = D / 8;
     for (int c = threadIdx.x; c < R * CH; c += THREADS) {
       const int r = c / CH, col = (c % CH) * 8;
       const bool in = r0 + r < rows && col < E;  // col < E implies col + 8 <= E here
       if (in) {
-        tc::cp_async_16(s + r * LD + col, g + (int64)(r0 + r) * E + col, 16);
+        tc::cp_async_16(s + r * LD + col, g + (int64)(r0 + r) * ldg + col, 16);
       } else {  // zeros with a plain store: a cp.async of nothing still names 16 bytes at g
 #pragma unroll
         for (int e = 0; e < 8; ++e) s[r * LD + col + e] = T{};
@@ -102,34 +133,35 @@ IGNIS_DEV void load_tile16(T* s, const T* g, int r0, int rows, int E, bool vec) 
     for (int c = threadIdx.x; c < R * D; c += THREADS) {
       const int r = c / D, col = c % D;
       T val = T{};
-      if (r0 + r < rows && col < E) val = g[(int64)(r0 + r) * E + col];
+      if (r0 + r < rows && col < E) val = g[(int64)(r0 + r) * ldg + col];
       s[r * LD + col] = val;
     }
   }
 }
 
-// Elements (row, col) and (row, col + 1) of a (rows x E) row-major matrix as one A-fragment
-// register, zero outside.
+// Elements (row, col) and (row, col + 1) of a (rows x E) matrix with row stride ldg as one
+// A-fragment register, zero outside.
 template <class T>
-IGNIS_DEV uint32 load_pair(const T* g, int row, int col, int rows, int E) {
+IGNIS_DEV uint32 load_pair(const T* g, int row, int col, int rows, int E, int64 ldg) {
   uint32 lo = 0, hi = 0;
   if (row < rows) {
-    if (col < E) lo = g[(int64)row * E + col].bits;
-    if (col + 1 < E) hi = g[(int64)row * E + col + 1].bits;
+    if (col < E) lo = g[(int64)row * ldg + col].bits;
+    if (col + 1 < E) hi = g[(int64)row * ldg + col + 1].bits;
   }
   return lo | (hi << 16);
 }
 
 // A fragments (16 rows x D) of rows [r0, r0 + 16) straight from global memory.
 template <class T, int D>
-IGNIS_DEV void load_a_frags(uint32 (&f)[D / 16][4], const T* g, int r0, int rows, int E) {
+IGNIS_DEV void load_a_frags(uint32 (&f)[D / 16][4], const T* g, int r0, int rows, int E,
+                            int64 ldg) {
   const int lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    f[kk][0] = load_pair(g, r0 + gr, kk * 16 + 2 * t, rows, E);
-    f[kk][1] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t, rows, E);
-    f[kk][2] = load_pair(g, r0 + gr, kk * 16 + 2 * t + 8, rows, E);
-    f[kk][3] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t + 8, rows, E);
+    f[kk][0] = load_pair(g, r0 + gr, kk * 16 + 2 * t, rows, E, ldg);
+    f[kk][1] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t, rows, E, ldg);
+    f[kk][2] = load_pair(g, r0 + gr, kk * 16 + 2 * t + 8, rows, E, ldg);
+    f[kk][3] = load_pair(g, r0 + gr + 8, kk * 16 + 2 * t + 8, rows, E, ldg);
   }
 }
 
@@ -192,10 +224,10 @@ IGNIS_DEV void mma_p_y(float (&acc)[D / 8][4], const float (&p)[2 * KT][4], cons
 }
 
 // Write a (16 x D) accumulator times mul (mul0 for rows g, mul1 for rows g + 8), rows
-// [r0, r0 + 16) of a (rows x E) matrix.
+// [r0, r0 + 16) of a (rows x E) matrix with row stride ldg.
 template <class T, int D>
-IGNIS_DEV void store_acc(T* g, const float (&acc)[D / 8][4], int r0, int rows, int E, float mul0,
-                         float mul1) {
+IGNIS_DEV void store_acc(T* g, const float (&acc)[D / 8][4], int r0, int rows, int E, int64 ldg,
+                         float mul0, float mul1) {
   const int lane = threadIdx.x & 31, gr = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -205,8 +237,8 @@ IGNIS_DEV void store_acc(T* g, const float (&acc)[D / 8][4], int r0, int rows, i
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       const int col = nt * 8 + 2 * t;
-      if (col < E) g[(int64)row * E + col] = from_acc<T>(acc[nt][2 * h] * mul);
-      if (col + 1 < E) g[(int64)row * E + col + 1] = from_acc<T>(acc[nt][2 * h + 1] * mul);
+      if (col < E) g[(int64)row * ldg + col] = from_acc<T>(acc[nt][2 * h] * mul);
+      if (col + 1 < E) g[(int64)row * ldg + col + 1] = from_acc<T>(acc[nt][2 * h + 1] * mul);
     }
   }
 }
@@ -242,7 +274,7 @@ template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kTcThreads)
     flash_fwd_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                  T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
-                 float scale_log2, int vec, int64 bh0) {
+                 float scale_log2, int vec, int64 bh0, Layout lay) {
   constexpr int BM = kFwdBM, BN = kFwdBN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(4 * TILE * sizeof(T));
@@ -251,9 +283,10 @@ __global__ void __launch_bounds__(kTcThreads)
   const int64 bh = bh0 + blockIdx.y;
   // Causal: the last query blocks see the most keys; start them first for a shorter tail.
   const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;
-  const T* qb = q + bh * L * E;
-  const T* kb = k + bh * S * E;
-  const T* vb = v + bh * S * E;
+  const T* qb = q + head_offset(lay.q, bh, lay.heads);
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  const int64 ldk = lay.k.st, ldv = lay.v.st;
   const int w0 = m0 + warp * 16;  // this warp's first query
   const int row[2] = {w0 + (lane >> 2), w0 + (lane >> 2) + 8};
   const bool vec16 = vec != 0;
@@ -261,12 +294,12 @@ __global__ void __launch_bounds__(kTcThreads)
   // Keys past the last one the block's last query sees are never loaded.
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   if (n_end > 0) {
-    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
-    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, ldk, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, ldv, vec16);
     tc::cp_async_commit();
   }
   uint32 qf[D / 16][4];
-  load_a_frags<T, D>(qf, qb, w0, L, E);
+  load_a_frags<T, D>(qf, qb, w0, L, E, lay.q.st);
   float o[D / 8][4];
   zero(o);
   float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.f, 0.f};
@@ -275,8 +308,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
     if (n0 + BN < n_end) {
       T* next = kv + 2 * (buf ^ 1) * TILE;
-      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
-      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, ldk, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, ldv, vec16);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
     } else {
@@ -337,7 +370,8 @@ __global__ void __launch_bounds__(kTcThreads)
     if (t == 0 && row[h] < L)
       lse[bh * L + row[h]] = l > 0.f ? (mrow[h] + log2f(l)) * ln2() : neg_inf();
   }
-  store_acc<T, D>(out + bh * L * E, o, w0, L, E, inv[0], inv[1]);
+  store_acc<T, D>(out + head_offset(lay.o, bh, lay.heads), o, w0, L, E, lay.o.st, inv[0],
+                  inv[1]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -358,7 +392,7 @@ template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kTcThreads)
     flash_fwd_tc_m32(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                      T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
-                     float scale_log2, int vec, int64 bh0) {
+                     float scale_log2, int vec, int64 bh0, Layout lay) {
   constexpr int MT = kFwd2MT, BM = kFwd2BM, BN = kFwd2BN, LD = D + 8, NT = BN / 8;
   constexpr int TILE = BN * LD, QTILE = BM * LD;
   constexpr bool QREG = D <= 64;  // Q fragments in registers: 2 x D/16 x 4 = 32 at D = 64
@@ -369,8 +403,9 @@ __global__ void __launch_bounds__(kTcThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;  // long rows first
-  const T* kb = k + bh * S * E;
-  const T* vb = v + bh * S * E;
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  const int64 ldk = lay.k.st, ldv = lay.v.st;
   const int wr = warp * 16 * MT;  // this warp's first query, relative to m0
   int row[MT][2];
 #pragma unroll
@@ -381,10 +416,11 @@ __global__ void __launch_bounds__(kTcThreads)
   const bool vec16 = vec != 0;
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
-  load_tile16<T, BM, D, LD, kTcThreads>(qs, q + bh * L * E, m0, L, E, vec16);
+  load_tile16<T, BM, D, LD, kTcThreads>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E,
+                                        lay.q.st, vec16);
   if (n_end > 0) {
-    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
-    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, ldk, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, ldv, vec16);
   }
   tc::cp_async_commit();  // Q and the first K/V tiles: one group
 
@@ -401,8 +437,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
     if (n0 + BN < n_end) {
       T* next = kv + 2 * (buf ^ 1) * TILE;
-      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
-      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, ldk, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, ldv, vec16);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
     } else {
@@ -516,6 +552,7 @@ __global__ void __launch_bounds__(kTcThreads)
   }
   tc::cp_async_wait<0>();  // the Q copy when no key is visible to the block
 
+  T* ob = out + head_offset(lay.o, bh, lay.heads);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
     float inv[2];
@@ -526,21 +563,25 @@ __global__ void __launch_bounds__(kTcThreads)
       if (t == 0 && row[mt][h] < L)
         lse[bh * L + row[mt][h]] = l > 0.f ? (mrow[mt][h] + log2f(l)) * ln2() : neg_inf();
     }
-    store_acc<T, D>(out + bh * L * E, o[mt], m0 + wr + 16 * mt, L, E, inv[0], inv[1]);
+    store_acc<T, D>(ob, o[mt], m0 + wr + 16 * mt, L, E, lay.o.st, inv[0], inv[1]);
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward preprocessing: D[r] = sum_e dO[r, e] * O[r, e], one warp per row.
+// Backward preprocessing: D[r] = sum_e dO[r, e] * O[r, e] for the rows r = bh * L + i (D is
+// contiguous), one warp per row.
 
 template <class T, class A>
 __global__ void attn_row_dot(const T* __restrict__ dout, const T* __restrict__ out,
-                             A* __restrict__ dvec, int64 rows, int E) {
+                             A* __restrict__ dvec, int64 rows, int L, int E, Layout lay) {
   const int lane = threadIdx.x & 31;
   const int64 warps = (int64)gridDim.x * (blockDim.x >> 5);
   for (int64 r = global_index() >> 5; r < rows; r += warps) {
+    const int64 bh = r / L, i = r - bh * L;
+    const T* g = dout + head_offset(lay.dout, bh, lay.heads) + i * lay.dout.st;
+    const T* o = out + head_offset(lay.o, bh, lay.heads) + i * lay.o.st;
     A acc = 0;
-    for (int e = lane; e < E; e += 32) acc += (A)to_acc(dout[r * E + e]) * (A)to_acc(out[r * E + e]);
+    for (int e = lane; e < E; e += 32) acc += (A)to_acc(g[e]) * (A)to_acc(o[e]);
     acc = warp_sum(acc);
     if (lane == 0) dvec[r] = acc;
   }
@@ -570,7 +611,7 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
                            const float* __restrict__ lse, const float* __restrict__ dvec,
                            T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
                            int L, int S, int E, float scale, float scale_log2, int vec,
-                           int64 bh0) {
+                           int64 bh0, const Layout& lay) {
   constexpr int BN = kBwdKN, BM = kBwdKM, LD = D + 8, NT = BM / 8, QTILE = BM * LD;
   constexpr int LDS = BN + 8;  // row stride of the dS tile: ldmatrix rows 4 banks apart
   unsigned char* attn_smem = dynamic_smem();
@@ -583,16 +624,17 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * BN;
-  const T* qb = q + bh * L * E;
-  const T* dob = dout + bh * L * E;
+  const T* qb = q + head_offset(lay.q, bh, lay.heads);
+  const T* dob = dout + head_offset(lay.dout, bh, lay.heads);
   const int wk = warp * 16;  // this warp's first key, relative to n0
   const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
   const bool vec16 = vec != 0;
 
   // Copies the query-side tiles of [m, m + BM) into buffer b (stats synchronously).
   auto load_queries = [&](int m, int b) {
-    load_tile16<T, BM, D, LD, kTcThreads>(qd + 2 * b * QTILE, qb, m, L, E, vec16);
-    load_tile16<T, BM, D, LD, kTcThreads>(qd + (2 * b + 1) * QTILE, dob, m, L, E, vec16);
+    load_tile16<T, BM, D, LD, kTcThreads>(qd + 2 * b * QTILE, qb, m, L, E, lay.q.st, vec16);
+    load_tile16<T, BM, D, LD, kTcThreads>(qd + (2 * b + 1) * QTILE, dob, m, L, E, lay.dout.st,
+                                          vec16);
     for (int i = threadIdx.x; i < BM; i += kTcThreads) {
       const bool in = m + i < L;
       stats[2 * b * BM + i] = in ? lse[bh * L + m + i] : 0.f;
@@ -602,8 +644,10 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
 
   // The first query that sees key n0 is n0 - (S - L).
   const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;
-  load_tile16<T, BN, D, LD, kTcThreads>(ks, k + bh * S * E, n0, S, E, vec16);
-  load_tile16<T, BN, D, LD, kTcThreads>(vs, v + bh * S * E, n0, S, E, vec16);
+  load_tile16<T, BN, D, LD, kTcThreads>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E,
+                                        lay.k.st, vec16);
+  load_tile16<T, BN, D, LD, kTcThreads>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E,
+                                        lay.v.st, vec16);
   if (m_begin < L) load_queries(m_begin, 0);
   tc::cp_async_commit();
 
@@ -694,8 +738,10 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
     __syncthreads();
   }
   tc::cp_async_wait<0>();  // the K and V copies when no query sees these keys
-  store_acc<T, D>(dk + bh * S * E, dka, n0 + wk, S, E, scale, scale);
-  store_acc<T, D>(dv + bh * S * E, dva, n0 + wk, S, E, 1.f, 1.f);
+  store_acc<T, D>(dk + head_offset(lay.dk, bh, lay.heads), dka, n0 + wk, S, E, lay.dk.st, scale,
+                  scale);
+  store_acc<T, D>(dv + head_offset(lay.dv, bh, lay.heads), dva, n0 + wk, S, E, lay.dv.st, 1.f,
+                  1.f);
 }
 
 template <class T, int D, bool CAUSAL>
@@ -703,9 +749,10 @@ __global__ void __launch_bounds__(kTcThreads)
     flash_bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const float* __restrict__ lse,
                       const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
-                      int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0) {
+                      int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0,
+                      Layout lay) {
   bwd_dkdv_tc<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, L, S, E, scale,
-                                   scale_log2, vec, bh0);
+                                   scale_log2, vec, bh0, lay);
 }
 
 // The fused backward: dK, dV and the unscaled float32 dQ sums in dq_acc (zero-filled first).
@@ -715,17 +762,25 @@ __global__ void __launch_bounds__(kTcThreads)
                        const T* __restrict__ dout, const float* __restrict__ lse,
                        const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
                        float* __restrict__ dq_acc, int L, int S, int E, float scale,
-                       float scale_log2, int vec, int64 bh0) {
+                       float scale_log2, int vec, int64 bh0, Layout lay) {
   bwd_dkdv_tc<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, L, S, E, scale,
-                                  scale_log2, vec, bh0);
+                                  scale_log2, vec, bh0, lay);
 }
 
-// dq[i] = dq_acc[i] * scale rounded to T, for the n elements of the fused backward's dQ.
-template <class T>
-__global__ void attn_dq_finish(const float* __restrict__ dq_acc, T* __restrict__ dq, int64 n,
-                               float scale) {
-  const int64 stride = (int64)gridDim.x * blockDim.x;
-  for (int64 i = global_index(); i < n; i += stride) dq[i] = from_acc<T>(dq_acc[i] * scale);
+// dQ row r = bh * L + i = a fused backward's sums (contiguous rows of E, in A: float for the
+// tensor-core backward, T itself for the scalar one) times scale, rounded to T, into the strided
+// dq; one warp per row.
+template <class T, class A = float>
+__global__ void attn_dq_finish(const A* __restrict__ dq_acc, T* __restrict__ dq, int64 rows,
+                               int L, int E, A scale, Layout lay) {
+  const int lane = threadIdx.x & 31;
+  const int64 warps = (int64)gridDim.x * (blockDim.x >> 5);
+  for (int64 r = global_index() >> 5; r < rows; r += warps) {
+    const int64 bh = r / L;
+    T* d = dq + head_offset(lay.dq, bh, lay.heads) + (r - bh * L) * lay.dq.st;
+    const A* a = dq_acc + r * E;
+    for (int e = lane; e < E; e += 32) d[e] = from_acc<T>(a[e] * scale);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -738,7 +793,7 @@ __global__ void __launch_bounds__(kTcThreads)
     flash_bwd_dq_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse,
                     const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
-                    float scale, float scale_log2, int vec, int64 bh0) {
+                    float scale, float scale_log2, int vec, int64 bh0, Layout lay) {
   constexpr int BM = kBwdQM, BN = kBwdQN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(4 * TILE * sizeof(T));
@@ -748,19 +803,20 @@ __global__ void __launch_bounds__(kTcThreads)
   const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;  // long rows first
   const int w0 = m0 + warp * 16;
   const int row[2] = {w0 + (lane >> 2), w0 + (lane >> 2) + 8};
-  const T* kb = k + bh * S * E;
-  const T* vb = v + bh * S * E;
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  const int64 ldk = lay.k.st, ldv = lay.v.st;
   const bool vec16 = vec != 0;
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   if (n_end > 0) {
-    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, vec16);
-    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv, kb, 0, S, E, ldk, vec16);
+    load_tile16<T, BN, D, LD, kTcThreads>(kv + TILE, vb, 0, S, E, ldv, vec16);
     tc::cp_async_commit();
   }
   uint32 qf[D / 16][4], df[D / 16][4];
-  load_a_frags<T, D>(qf, q + bh * L * E, w0, L, E);
-  load_a_frags<T, D>(df, dout + bh * L * E, w0, L, E);
+  load_a_frags<T, D>(qf, q + head_offset(lay.q, bh, lay.heads), w0, L, E, lay.q.st);
+  load_a_frags<T, D>(df, dout + head_offset(lay.dout, bh, lay.heads), w0, L, E, lay.dout.st);
   float lse_l2[2], dr[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -774,8 +830,8 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int n0 = 0; n0 < n_end; n0 += BN, buf ^= 1) {
     if (n0 + BN < n_end) {
       T* next = kv + 2 * (buf ^ 1) * TILE;
-      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, vec16);
-      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next, kb, n0 + BN, S, E, ldk, vec16);
+      load_tile16<T, BN, D, LD, kTcThreads>(next + TILE, vb, n0 + BN, S, E, ldv, vec16);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
     } else {
@@ -802,7 +858,8 @@ __global__ void __launch_bounds__(kTcThreads)
     mma_p_y<T, D, BN / 16, LD>(acc, dp, ks);
     __syncthreads();
   }
-  store_acc<T, D>(dq + bh * L * E, acc, w0, L, E, scale, scale);
+  store_acc<T, D>(dq + head_offset(lay.dq, bh, lay.heads), acc, w0, L, E, lay.dq.st, scale,
+                  scale);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -812,12 +869,13 @@ __global__ void __launch_bounds__(kTcThreads)
 
 enum : int { kSimtThreads = 256, kSimtB = 32, kSimtRPW = 4 };
 
-// Rows [r0, r0 + 32) of a (rows x E) matrix into shared memory (row stride LD), zero outside.
+// Rows [r0, r0 + 32) of a (rows x E) matrix with row stride ldg into shared memory (row
+// stride LD), zero outside.
 template <class T, int D, int LD>
-IGNIS_DEV void load_tile_simt(T* s, const T* g, int r0, int rows, int E) {
+IGNIS_DEV void load_tile_simt(T* s, const T* g, int r0, int rows, int E, int64 ldg) {
   for (int c = threadIdx.x; c < kSimtB * D; c += kSimtThreads) {
     const int r = c / D, col = c % D;
-    s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * E + col] : T(0);
+    s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * ldg + col] : T(0);
   }
 }
 
@@ -833,7 +891,7 @@ template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kSimtThreads)
     flash_fwd_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                    T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale,
-                   int64 bh0) {
+                   int64 bh0, Layout lay) {
   constexpr int B = kSimtB, LDQ = D, LDK = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (LDQ + LDK + D) * sizeof(T));
@@ -843,7 +901,9 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * B;
-  load_tile_simt<T, D, LDQ>(qs, q + bh * L * E, m0, L, E);
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  load_tile_simt<T, D, LDQ>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st);
   T m[kSimtRPW], l[kSimtRPW], o[kSimtRPW][C];
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r) {
@@ -855,8 +915,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int n_end = CAUSAL ? min(S, max(0, m0 + B + S - L)) : S;
   for (int n0 = 0; n0 < n_end; n0 += B) {
     __syncthreads();
-    load_tile_simt<T, D, LDK>(ks, k + bh * S * E, n0, S, E);
-    load_tile_simt<T, D, D>(vs, v + bh * S * E, n0, S, E);
+    load_tile_simt<T, D, LDK>(ks, kb, n0, S, E, lay.k.st);
+    load_tile_simt<T, D, D>(vs, vb, n0, S, E, lay.v.st);
     __syncthreads();
     const int j = n0 + lane;
 #pragma unroll
@@ -879,6 +939,7 @@ __global__ void __launch_bounds__(kSimtThreads)
       }
     }
   }
+  T* ob = out + head_offset(lay.o, bh, lay.heads);
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r) {
     const int i = m0 + warp * kSimtRPW + r;
@@ -886,7 +947,7 @@ __global__ void __launch_bounds__(kSimtThreads)
     const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
 #pragma unroll
     for (int c = 0; c < C; ++c)
-      if (lane + 32 * c < E) out[(bh * L + i) * E + lane + 32 * c] = o[r][c] * inv;
+      if (lane + 32 * c < E) ob[i * lay.o.st + lane + 32 * c] = o[r][c] * inv;
     if (lane == 0) lse[bh * L + i] = l[r] > 0 ? m[r] + log_(l[r]) : minus_inf<T>();
   }
 }
@@ -897,7 +958,7 @@ __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dkdv_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                         const T* __restrict__ dout, const T* __restrict__ lse,
                         const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
-                        int L, int S, int E, T scale, int64 bh0) {
+                        int L, int S, int E, T scale, int64 bh0, Layout lay) {
   constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
@@ -908,8 +969,10 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * B;
-  load_tile_simt<T, D, D>(ks, k + bh * S * E, n0, S, E);
-  load_tile_simt<T, D, D>(vs, v + bh * S * E, n0, S, E);
+  const T* qb = q + head_offset(lay.q, bh, lay.heads);
+  const T* db = dout + head_offset(lay.dout, bh, lay.heads);
+  load_tile_simt<T, D, D>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E, lay.k.st);
+  load_tile_simt<T, D, D>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E, lay.v.st);
   T dka[kSimtRPW][C], dva[kSimtRPW][C];
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r)
@@ -919,8 +982,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   if (CAUSAL) m_begin = max(0, n0 - (S - L)) / B * B;
   for (int m0 = m_begin; m0 < L; m0 += B) {
     __syncthreads();
-    load_tile_simt<T, D, LDR>(qs, q + bh * L * E, m0, L, E);
-    load_tile_simt<T, D, LDR>(dos, dout + bh * L * E, m0, L, E);
+    load_tile_simt<T, D, LDR>(qs, qb, m0, L, E, lay.q.st);
+    load_tile_simt<T, D, LDR>(dos, db, m0, L, E, lay.dout.st);
     __syncthreads();
     const int i = m0 + lane;
     const T lse_i = i < L ? lse[bh * L + i] : T(0);
@@ -943,6 +1006,8 @@ __global__ void __launch_bounds__(kSimtThreads)
       }
     }
   }
+  T* dkb = dk + head_offset(lay.dk, bh, lay.heads);
+  T* dvb = dv + head_offset(lay.dv, bh, lay.heads);
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r) {
     const int j = n0 + warp * kSimtRPW + r;
@@ -950,8 +1015,8 @@ __global__ void __launch_bounds__(kSimtThreads)
 #pragma unroll
     for (int c = 0; c < C; ++c)
       if (lane + 32 * c < E) {
-        dk[(bh * S + j) * E + lane + 32 * c] = dka[r][c] * scale;
-        dv[(bh * S + j) * E + lane + 32 * c] = dva[r][c];
+        dkb[j * lay.dk.st + lane + 32 * c] = dka[r][c] * scale;
+        dvb[j * lay.dv.st + lane + 32 * c] = dva[r][c];
       }
   }
 }
@@ -962,7 +1027,7 @@ __global__ void __launch_bounds__(kSimtThreads)
     flash_bwd_dq_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const T* __restrict__ lse,
                       const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
-                      T scale, int64 bh0) {
+                      T scale, int64 bh0, Layout lay) {
   constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
@@ -973,8 +1038,11 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * B;
-  load_tile_simt<T, D, D>(qs, q + bh * L * E, m0, L, E);
-  load_tile_simt<T, D, D>(dos, dout + bh * L * E, m0, L, E);
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  load_tile_simt<T, D, D>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st);
+  load_tile_simt<T, D, D>(dos, dout + head_offset(lay.dout, bh, lay.heads), m0, L, E,
+                          lay.dout.st);
   T acc[kSimtRPW][C], lse_r[kSimtRPW], d_r[kSimtRPW];
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r) {
@@ -987,8 +1055,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int n_end = CAUSAL ? min(S, max(0, m0 + B + S - L)) : S;
   for (int n0 = 0; n0 < n_end; n0 += B) {
     __syncthreads();
-    load_tile_simt<T, D, LDR>(ks, k + bh * S * E, n0, S, E);
-    load_tile_simt<T, D, LDR>(vs, v + bh * S * E, n0, S, E);
+    load_tile_simt<T, D, LDR>(ks, kb, n0, S, E, lay.k.st);
+    load_tile_simt<T, D, LDR>(vs, vb, n0, S, E, lay.v.st);
     __syncthreads();
     const int j = n0 + lane;
 #pragma unroll
@@ -1005,13 +1073,14 @@ __global__ void __launch_bounds__(kSimtThreads)
       }
     }
   }
+  T* dqb = dq + head_offset(lay.dq, bh, lay.heads);
 #pragma unroll
   for (int r = 0; r < kSimtRPW; ++r) {
     const int i = m0 + warp * kSimtRPW + r;
     if (i >= L) continue;
 #pragma unroll
     for (int c = 0; c < C; ++c)
-      if (lane + 32 * c < E) dq[(bh * L + i) * E + lane + 32 * c] = acc[r][c] * scale;
+      if (lane + 32 * c < E) dqb[i * lay.dq.st + lane + 32 * c] = acc[r][c] * scale;
   }
 }
 
@@ -1032,7 +1101,11 @@ __global__ void __launch_bounds__(kSimtThreads)
 //                          never loaded); the probability tile goes through shared memory.
 //   flash_bwd_dq_simt_tiled    dQ of BM queries, walking BN-key tiles.
 //   flash_bwd_dkdv_simt_tiled  dK, dV of BN keys, walking BM-query tiles that see them.
-// The backward is two deterministic passes (no atomics).
+//   flash_bwd_fused_simt_tiled dK, dV as flash_bwd_dkdv_simt_tiled and, in the same pass, each
+//                              query tile's dS K added into a zero-filled dQ accumulator in T
+//                              with atomics (attn_dq_finish<T, T> scales it into dq).
+// dK/dV + dQ is the deterministic two-pass backward; the fused one recomputes the scores and
+// probabilities once instead of twice, but the order of its atomic sums varies from run to run.
 
 enum : int { kTiledThreads = 256 };
 
@@ -1064,18 +1137,19 @@ IGNIS_DEV void ld4(const double* p, double (&x)[4]) {
 #endif
 }
 
-// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) row-major matrix into shared memory (row
-// stride LD), zeros outside. vec (E * sizeof(T) % 16 == 0, 16-byte aligned bases): cp.async
-// 16-byte copies that the caller commits and waits for; otherwise plain element copies.
+// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) matrix with row stride ldg into shared
+// memory (row stride LD), zeros outside. vec (E * sizeof(T) % 16 == 0, 16-byte aligned bases and
+// strides): cp.async 16-byte copies that the caller commits and waits for; otherwise plain
+// element copies.
 template <class T, int R, int D, int LD>
-IGNIS_DEV void tiled_load(T* s, const T* g, int r0, int rows, int E, bool vec) {
+IGNIS_DEV void tiled_load(T* s, const T* g, int r0, int rows, int E, int64 ldg, bool vec) {
   if (vec) {
     constexpr int V = 16 / sizeof(T), CH = D / V;
     for (int c = threadIdx.x; c < R * CH; c += kTiledThreads) {
       const int r = c / CH, col = (c % CH) * V;
       T* dst = s + r * LD + col;
       if (r0 + r < rows && col < E) {  // col < E implies col + V <= E here
-        tc::cp_async_16(dst, g + (int64)(r0 + r) * E + col, 16);
+        tc::cp_async_16(dst, g + (int64)(r0 + r) * ldg + col, 16);
       } else {
 #pragma unroll
         for (int u = 0; u < V; ++u) dst[u] = T(0);
@@ -1084,7 +1158,7 @@ IGNIS_DEV void tiled_load(T* s, const T* g, int r0, int rows, int E, bool vec) {
   } else {
     for (int c = threadIdx.x; c < R * D; c += kTiledThreads) {
       const int r = c / D, col = c % D;
-      s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * E + col] : T(0);
+      s[r * LD + col] = (r0 + r < rows && col < E) ? g[(int64)(r0 + r) * ldg + col] : T(0);
     }
   }
 }
@@ -1142,10 +1216,11 @@ template <class T> IGNIS_DEV T row16_sum(T x) {
   return x;
 }
 
-// Rows ty + 16 i, columns 64 g + 4 tx + w (< E) of acc * mul into rows [r0, r0 + 16 RM) of g.
+// Rows ty + 16 i, columns 64 g + 4 tx + w (< E) of acc * mul into rows [r0, r0 + 16 RM) of g
+// (row stride ldg).
 template <class T, int RM, int G>
-IGNIS_DEV void tile_store(T* g, const T (&acc)[RM][4 * G], int r0, int rows, int E, T mul,
-                          int ty, int tx) {
+IGNIS_DEV void tile_store(T* g, const T (&acc)[RM][4 * G], int r0, int rows, int E, int64 ldg,
+                          T mul, int ty, int tx) {
 #pragma unroll
   for (int i = 0; i < RM; ++i) {
     const int r = r0 + ty + 16 * i;
@@ -1155,7 +1230,7 @@ IGNIS_DEV void tile_store(T* g, const T (&acc)[RM][4 * G], int r0, int rows, int
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const int col = 64 * gg + 4 * tx + w;
-        if (col < E) g[(int64)r * E + col] = acc[i][4 * gg + w] * mul;
+        if (col < E) g[(int64)r * ldg + col] = acc[i][4 * gg + w] * mul;
       }
   }
 }
@@ -1164,7 +1239,7 @@ template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
 __global__ void __launch_bounds__(kTiledThreads, MINB)
     flash_fwd_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
                          const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L,
-                         int S, int E, T scale_log2, int vec, int64 bh0) {
+                         int S, int E, T scale_log2, int vec, int64 bh0, Layout lay) {
   constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
   unsigned char* attn_smem = dynamic_smem();
@@ -1175,15 +1250,16 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * BM;
-  const T* kb = k + bh * S * E;
-  const T* vb = v + bh * S * E;
-  tiled_load<T, BM, D, LD>(qs, q + bh * L * E, m0, L, E, vec);
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  const int64 ldk = lay.k.st, ldv = lay.v.st;
+  tiled_load<T, BM, D, LD>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st, vec);
   // Keys past the block's last query's horizon are masked for every row: never loaded.
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   const int tiles = (n_end + BN - 1) / BN;
   if (tiles > 0) {
-    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, vec);
-    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, vec);
+    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, ldk, vec);
+    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, ldv, vec);
   }
   tc::cp_async_commit();
   T m[RM], l[RM], o[RM][4 * G];
@@ -1199,8 +1275,8 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
     const T* vs = ks + BN * LD;
     if (ST == 2 && t + 1 < tiles) {
       T* nk = kvs + ((t + 1) % ST) * 2 * BN * LD;
-      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, vec);
-      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, ldk, vec);
+      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, ldv, vec);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
     } else {
@@ -1244,8 +1320,8 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
     tile_pv<T, RM, G, BN, LDP, LD>(o, ps, vs, ty, tx);
     __syncthreads();  // the P tile and this stage are overwritten next
     if (ST == 1 && t + 1 < tiles) {
-      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, vec);
-      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, ldk, vec);
+      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, ldv, vec);
       tc::cp_async_commit();
     }
   }
@@ -1261,7 +1337,8 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
 #pragma unroll
     for (int w = 0; w < 4 * G; ++w) o[i][w] *= inv[i];
   }
-  tile_store<T, RM, G>(out + bh * L * E, o, m0, L, E, T(1), ty, tx);
+  tile_store<T, RM, G>(out + head_offset(lay.o, bh, lay.heads), o, m0, L, E, lay.o.st, T(1), ty,
+                       tx);
 }
 
 // dQ of BM queries per block, walking the BN-key tiles they see.
@@ -1271,7 +1348,7 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
                             const T* __restrict__ v, const T* __restrict__ dout,
                             const T* __restrict__ lse, const T* __restrict__ dvec,
                             T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2,
-                            int vec, int64 bh0) {
+                            int vec, int64 bh0, Layout lay) {
   constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
   unsigned char* attn_smem = dynamic_smem();
@@ -1283,15 +1360,17 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * BM;
-  const T* kb = k + bh * S * E;
-  const T* vb = v + bh * S * E;
-  tiled_load<T, BM, D, LD>(qs, q + bh * L * E, m0, L, E, vec);
-  tiled_load<T, BM, D, LD>(dos, dout + bh * L * E, m0, L, E, vec);
+  const T* kb = k + head_offset(lay.k, bh, lay.heads);
+  const T* vb = v + head_offset(lay.v, bh, lay.heads);
+  const int64 ldk = lay.k.st, ldv = lay.v.st;
+  tiled_load<T, BM, D, LD>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st, vec);
+  tiled_load<T, BM, D, LD>(dos, dout + head_offset(lay.dout, bh, lay.heads), m0, L, E,
+                           lay.dout.st, vec);
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   const int tiles = (n_end + BN - 1) / BN;
   if (tiles > 0) {
-    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, vec);
-    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, vec);
+    tiled_load<T, BN, D, LD>(kvs, kb, 0, S, E, ldk, vec);
+    tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, 0, S, E, ldv, vec);
   }
   tc::cp_async_commit();
   T lse2[RM], dr[RM], acc[RM][4 * G];
@@ -1308,8 +1387,8 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
     const T* vs = ks + BN * LD;
     if (ST == 2 && t + 1 < tiles) {
       T* nk = kvs + ((t + 1) % ST) * 2 * BN * LD;
-      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, vec);
-      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(nk, kb, (t + 1) * BN, S, E, ldk, vec);
+      tiled_load<T, BN, D, LD>(nk + BN * LD, vb, (t + 1) * BN, S, E, ldv, vec);
       tc::cp_async_commit();
       tc::cp_async_wait<1>();
     } else {
@@ -1336,49 +1415,109 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
     tile_pv<T, RM, G, BN, LDP, LD>(acc, dss, ks, ty, tx);
     __syncthreads();
     if (ST == 1 && t + 1 < tiles) {
-      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, vec);
-      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, vec);
+      tiled_load<T, BN, D, LD>(kvs, kb, (t + 1) * BN, S, E, ldk, vec);
+      tiled_load<T, BN, D, LD>(kvs + BN * LD, vb, (t + 1) * BN, S, E, ldv, vec);
       tc::cp_async_commit();
     }
   }
   tc::cp_async_wait<0>();
-  tile_store<T, RM, G>(dq + bh * L * E, acc, m0, L, E, scale, ty, tx);
+  tile_store<T, RM, G>(dq + head_offset(lay.dq, bh, lay.heads), acc, m0, L, E, lay.dq.st, scale,
+                       ty, tx);
+}
+
+// dst[0, 4) += (a, b, c, d) with atomics (a template: instantiated only where used, so that
+// files without a float64 atomicAdd still compile).
+template <class T> IGNIS_DEV void atomic_add4(T* dst, T a, T b, T c, T d) {
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+  atomicAdd(dst + 2, c);
+  atomicAdd(dst + 3, d);
+}
+#if !defined(IGNIS_ATTN_HOST_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// float on sm_90: one vector reduction (dst 16-byte aligned), a quarter of the atomic
+// instructions. (PTX has no float64 vector reduction.)
+IGNIS_DEV void atomic_add4(float* dst, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
+}
+#endif
+
+// Rows ty + 16 i, columns 64 g + 4 tx + w (< E) of acc added with atomics into rows
+// [r0, r0 + 16 RM) of g (contiguous rows of E), those < rows and >= first (the rows before
+// first gave nothing). vec4 (E % 4 == 0, g 16-byte aligned): four columns per atomic_add4.
+template <class T, int RM, int G>
+IGNIS_DEV void tile_atomic_add(T* g, const T (&acc)[RM][4 * G], int r0, int first, int rows,
+                               int E, bool vec4, int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    const int r = r0 + ty + 16 * i;
+    if (r < first || r >= rows) continue;
+    T* dst = g + (int64)r * E;
+#pragma unroll
+    for (int gg = 0; gg < G; ++gg) {
+      const int col = 64 * gg + 4 * tx;
+      if (col >= E) continue;
+      const T* a = acc[i] + 4 * gg;
+      if (vec4) {
+        atomic_add4(dst + col, a[0], a[1], a[2], a[3]);
+      } else {
+#pragma unroll
+        for (int w = 0; w < 4; ++w)
+          if (col + w < E) atomicAdd(dst + col + w, a[w]);
+      }
+    }
+  }
+}
+
+// Dynamic shared memory (elements of T) of the dK/dV kernels: K and V tiles, ST stages of Q
+// and dO tiles, the P^T and dS^T tiles, lse and D per stage; DQ adds the dS tile.
+template <int D, int BN, int BM, int ST, bool DQ> constexpr int dkdv_tiled_smem() {
+  return 2 * BN * (D + 4) + 2 * ST * BM * (D + 4) + 2 * BN * (BM + 4) + 2 * ST * BM +
+         (DQ ? BM * (BN + 4) : 0);
 }
 
 // dK, dV of BN keys per block, walking the BM-query tiles that see them. Here the thread grid's
-// rows are keys and its columns queries.
-template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
-__global__ void __launch_bounds__(kTiledThreads, MINB)
-    flash_bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
-                              const T* __restrict__ v, const T* __restrict__ dout,
-                              const T* __restrict__ lse, const T* __restrict__ dvec,
-                              T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E,
-                              T scale, T scale_log2, int vec, int64 bh0) {
+// rows are keys and its columns queries. DQ (the fused backward) also writes each query tile's
+// dS (queries x keys) to shared memory and adds dS K (unscaled) to dq_acc, contiguous (BH, L, E)
+// rows of T, with atomics; in that product the thread grid's rows are queries.
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, bool DQ>
+IGNIS_DEV void bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                                   const T* __restrict__ v, const T* __restrict__ dout,
+                                   const T* __restrict__ lse, const T* __restrict__ dvec,
+                                   T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ dq_acc,
+                                   int L, int S, int E, T scale, T scale_log2, int vec, int64 bh0,
+                                   const Layout& lay) {
   constexpr int LD = D + 4, LDP = BM + 4, RN = BN / 16, CM = BM / 16, G = D / 64;
+  constexpr int LDQ = BN + 4;  // row stride of the dS tile (DQ)
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
   constexpr int STAGE = 2 * BM * LD;  // Q tile, then dO tile
   unsigned char* attn_smem = dynamic_smem();
-  require_smem((2 * BN * LD + ST * STAGE + 2 * BN * LDP + 2 * ST * BM) * sizeof(T));
+  require_smem(dkdv_tiled_smem<D, BN, BM, ST, DQ>() * sizeof(T));
   T* ks = reinterpret_cast<T*>(attn_smem);
   T* vs = ks + BN * LD;
   T* qdo = vs + BN * LD;
   T* pts = qdo + ST * STAGE;  // P^T (keys x queries)
   T* dsts = pts + BN * LDP;   // dS^T
-  T* stats = dsts + BN * LDP;  // stage s: lse * log2(e) at stats + 2 s BM, D after it
+  T* dss = dsts + BN * LDP;   // dS (queries x keys), DQ only
+  T* stats = dss + (DQ ? BM * LDQ : 0);  // stage s: lse * log2(e) at stats + 2 s BM, D after it
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * BN;
-  const T* qb = q + bh * L * E;
-  const T* db = dout + bh * L * E;
-  tiled_load<T, BN, D, LD>(ks, k + bh * S * E, n0, S, E, vec);
-  tiled_load<T, BN, D, LD>(vs, v + bh * S * E, n0, S, E, vec);
-  // Queries before m_begin see none of these keys.
-  const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;
+  const T* qb = q + head_offset(lay.q, bh, lay.heads);
+  const T* db = dout + head_offset(lay.dout, bh, lay.heads);
+  tiled_load<T, BN, D, LD>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E, lay.k.st, vec);
+  tiled_load<T, BN, D, LD>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E, lay.v.st, vec);
+  // Queries before m_begin see none of these keys (nor, in its tile, before q_first).
+  const int q_first = CAUSAL ? max(0, n0 - (S - L)) : 0;
+  const int m_begin = q_first / BM * BM;
   const int tiles = m_begin < L ? (L - m_begin + BM - 1) / BM : 0;
+  T* dqb = DQ ? dq_acc + bh * L * E : nullptr;
+  const bool vec4 = DQ && E % 4 == 0 && (unsigned long long)dq_acc % 16 == 0;
   auto load_stage = [&](int t, int st) {
     const int m0 = m_begin + t * BM;
-    tiled_load<T, BM, D, LD>(qdo + st * STAGE, qb, m0, L, E, vec);
-    tiled_load<T, BM, D, LD>(qdo + st * STAGE + BM * LD, db, m0, L, E, vec);
+    tiled_load<T, BM, D, LD>(qdo + st * STAGE, qb, m0, L, E, lay.q.st, vec);
+    tiled_load<T, BM, D, LD>(qdo + st * STAGE + BM * LD, db, m0, L, E, lay.dout.st, vec);
     T* sx = stats + 2 * st * BM;
     for (int r = threadIdx.x; r < BM; r += kTiledThreads) {
       const int i = m0 + r;
@@ -1423,12 +1562,24 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
         const T p = visible<CAUSAL>(m0 + qry, n0 + key, L, S)
                         ? exp2_(s[i][j] * scale_log2 - lse2[qry])
                         : T(0);
+        const T ds = p * (dp[i][j] - dr[qry]);
         pts[key * LDP + qry] = p;
-        dsts[key * LDP + qry] = p * (dp[i][j] - dr[qry]);
+        dsts[key * LDP + qry] = ds;
+        if constexpr (DQ) dss[qry * LDQ + key] = ds;
       }
     __syncthreads();
     tile_pv<T, RN, G, BM, LDP, LD>(dva, pts, dos, ty, tx);
     tile_pv<T, RN, G, BM, LDP, LD>(dka, dsts, qs, ty, tx);
+    if constexpr (DQ) {
+      // dQ (BM x D) += dS (BM x BN) K (BN x D): rows ty + 16 i are queries here.
+      T dqa[CM][4 * G];
+#pragma unroll
+      for (int i = 0; i < CM; ++i)
+#pragma unroll
+        for (int w = 0; w < 4 * G; ++w) dqa[i][w] = 0;
+      tile_pv<T, CM, G, BN, LDQ, LD>(dqa, dss, ks, ty, tx);
+      tile_atomic_add<T, CM, G>(dqb, dqa, m0, q_first, L, E, vec4, ty, tx);
+    }
     __syncthreads();
     if (ST == 1 && t + 1 < tiles) {
       load_stage(t + 1, 0);
@@ -1436,8 +1587,34 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
     }
   }
   tc::cp_async_wait<0>();
-  tile_store<T, RN, G>(dk + bh * S * E, dka, n0, S, E, scale, ty, tx);
-  tile_store<T, RN, G>(dv + bh * S * E, dva, n0, S, E, T(1), ty, tx);
+  tile_store<T, RN, G>(dk + head_offset(lay.dk, bh, lay.heads), dka, n0, S, E, lay.dk.st, scale,
+                       ty, tx);
+  tile_store<T, RN, G>(dv + head_offset(lay.dv, bh, lay.heads), dva, n0, S, E, lay.dv.st, T(1),
+                       ty, tx);
+}
+
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const T* __restrict__ lse, const T* __restrict__ dvec,
+                              T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E,
+                              T scale, T scale_log2, int vec, int64 bh0, Layout lay) {
+  bwd_dkdv_simt_tiled<T, D, CAUSAL, BN, BM, ST, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr,
+                                                       L, S, E, scale, scale_log2, vec, bh0, lay);
+}
+
+// The fused backward: dK, dV and the unscaled dQ sums in dq_acc (zero-filled first).
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_fused_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                               const T* __restrict__ v, const T* __restrict__ dout,
+                               const T* __restrict__ lse, const T* __restrict__ dvec,
+                               T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ dq_acc,
+                               int L, int S, int E, T scale, T scale_log2, int vec, int64 bh0,
+                               Layout lay) {
+  bwd_dkdv_simt_tiled<T, D, CAUSAL, BN, BM, ST, true>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, L,
+                                                      S, E, scale, scale_log2, vec, bh0, lay);
 }
 
 // ---------------------------------------------------------------------------------------------

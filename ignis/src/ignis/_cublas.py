@@ -9,8 +9,8 @@ Every ``cublasStatus_t`` goes through :func:`check`, which raises :class:`Cublas
 (a :class:`~ignis.CudaError`) as ``"CUBLAS_STATUS_X: explanation (in cublasFunction)"``.
 
 Handles belong to one (device, thread) pair and are created on first use; each call binds the
-handle to the caller's stream (``cublasSetStream_v2``), so work is ordered like every other
-op on that stream.
+handle to the caller's stream (``cublasSetStream_v2``, skipped when the handle is bound to that
+stream already), so work is ordered like every other op on that stream.
 
 Example::
 
@@ -174,6 +174,9 @@ class CublasLibrary:
             self._property(p) for p in (_MAJOR_VERSION, _MINOR_VERSION, _PATCH_LEVEL)
         )
         self._local = threading.local()
+        self._gemm = self._fns["cublasGemmStridedBatchedEx"]
+        # handle -> the stream it was last bound to (each handle belongs to one thread)
+        self._bound_stream: dict[int, int] = {}
 
     def __repr__(self) -> str:
         return f"<CublasLibrary {'.'.join(map(str, self.version))} at {self.path}>"
@@ -222,15 +225,20 @@ class CublasLibrary:
     ) -> None:
         """``cublasGemmStridedBatchedEx`` on ``stream`` (column-major, as cuBLAS sees it).
 
-        ``alpha``/``beta`` are ctypes scalars of the compute type's scale type (c_float for the
-        32F compute types, c_double for 64F); pointers and the stream are ints.
+        ``alpha``/``beta`` are ``ctypes.byref`` of scalars of the compute type's scale type
+        (c_float for the 32F compute types, c_double for 64F); pointers and the stream are ints.
+        The handle is bound to ``stream`` only when it was last bound to another one.
         """
-        self._call("cublasSetStream_v2", handle, stream)
-        self._call(
-            "cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, ctypes.byref(alpha),
-            a, atype, lda, stride_a, b, btype, ldb, stride_b, ctypes.byref(beta),
-            c, ctype, ldc, stride_c, batch, compute, CUBLAS_GEMM_DEFAULT,
+        bound = self._bound_stream
+        if bound.get(handle) != stream:
+            self._call("cublasSetStream_v2", handle, stream)
+            bound[handle] = stream
+        status = self._gemm(
+            handle, transa, transb, m, n, k, alpha, a, atype, lda, stride_a, b, btype, ldb,
+            stride_b, beta, c, ctype, ldc, stride_c, batch, compute, CUBLAS_GEMM_DEFAULT,
         )
+        if status:
+            check(status, "cublasGemmStridedBatchedEx", self)
 
 
 class _ThreadHandles:
@@ -248,6 +256,7 @@ class _ThreadHandles:
         raw = _vp()
         self.lib._call("cublasCreate_v2", ctypes.byref(raw))
         h = int(raw.value or 0)
+        self.lib._bound_stream.pop(h, None)  # a new handle at a freed one's address
         try:
             self.lib._call(
                 "cublasSetMathMode", h,
@@ -270,6 +279,7 @@ def _destroy_handles(lib: CublasLibrary, handles: dict[int, int], devices: dict[
         try:
             activate(devices[ordinal])
             lib._fns["cublasSetStream_v2"](h, None)  # the last stream may be gone already
+            lib._bound_stream.pop(h, None)
             lib._fns["cublasDestroy_v2"](h)
         except Exception:  # pragma: no cover - best effort while a thread winds down
             pass

@@ -211,7 +211,7 @@ class MemoryResource:
 
 # Bytes of freed blocks an AsyncMemoryResource keeps for reuse by default (see the class).
 CACHE_BYTES = 1 << 30
-_CACHE_PER_SIZE = 8  # blocks of one size kept at most
+_CACHE_PER_SIZE = 64  # blocks of one size kept at most
 
 
 class AsyncMemoryResource(MemoryResource):

@@ -1,5 +1,6 @@
 """Neural-network kernels on NvArrays, without autograd: fused normalization, losses,
-gathers and scatters, dropout, rotary embeddings, attention and multi-tensor optimizer steps.
+gathers and scatters, dropout, rotary embeddings, attention, linear layers with the bias fused
+into the product, and multi-tensor optimizer steps.
 
 Each function runs on the array's device (CUDA kernels from ``cuda_src/``, NumPy on the CPU) and
 checks its arguments once, in its family's front-end module under ``ignis._array``. The
@@ -58,6 +59,11 @@ from ._array._nn_activation import (
 
 # --- [end activation]
 
+# --- [linear]
+from ._array._nn_linear import linear, linear_backward
+
+# --- [end linear]
+
 __all__: list[str] = [
     # --- [indexing]
     "embedding",
@@ -97,4 +103,8 @@ __all__: list[str] = [
     "tanh_backward",
     "relu_backward",
     # --- [end activation]
+    # --- [linear]
+    "linear",
+    "linear_backward",
+    # --- [end linear]
 ]

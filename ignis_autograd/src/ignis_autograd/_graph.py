@@ -277,46 +277,58 @@ class _Run:
     # -- the walk --------------------------------------------------------------------------
     def run(self) -> None:
         heap, grads, owned = self.heap, self.grads, self.owned
+        heappop, to_node, to_leaf = heapq.heappop, self._to_node, self._to_leaf
+        retain = self.retain
+        live_discard = state.live.discard
         while heap:
-            node = heapq.heappop(heap)[1]
+            node = heappop(heap)[1]
             g = grads.pop(node)
             owned.pop(id(g), None)
             if node.released:
                 raise _freed_error(node)
-            if g.dtype is not node.out_dtype:
+            if g._dtype is not node.out_dtype:
                 g = g.astype(node.out_dtype)
             edges = node.edges
             results = node.vjp(g, tuple([e is not None for e in edges]), *node.ctx)
             if node.custom or len(results) != len(edges):
                 results = _check_custom(node, results)
             fresh = node.fresh
-            for i, e in enumerate(edges):
+            i = -1
+            for e in edges:
+                i += 1
                 if e is None:
                     continue
                 gi = results[i]
                 if gi is None:
                     continue
-                is_node = type(e) is Node
+                is_node = e.__class__ is Node
                 if is_node:
                     shape, dtype = e.out_shape, e.out_dtype
                 else:
-                    shape, dtype = e.data.shape, e.data.dtype
-                if gi.shape != shape:
+                    data = e.data
+                    shape, dtype = data._shape, data._dtype
+                gs = gi._shape
+                if gs is not shape and gs != shape:
                     raise ShapeError(
                         f"backward of '{node.name}': the gradient for input {i} has shape "
                         f"{gi.shape}, expected {shape} (the shape of that input)"
                     )
                 fresh_i = fresh
-                gd = gi.dtype
+                gd = gi._dtype
                 if gd is not dtype and not (gd is _F32 and (dtype is _F16 or dtype is _BF16)):
                     gi = gi.astype(dtype)
                     fresh_i = True
                 if is_node:
-                    self._to_node(e, gi, fresh_i)
+                    to_node(e, gi, fresh_i)
                 else:
-                    self._to_leaf(e, gi, fresh_i)
-            if not self.retain:
-                release(node)
+                    to_leaf(e, gi, fresh_i)
+            if not retain:
+                # release(node), inlined: this runs once per node of every backward.
+                node.released = True
+                node.vjp = None
+                node.ctx = ()
+                node.edges = ()
+                live_discard(weakref.ref(node))
 
 
 def _check_custom(node: Node, results: Any) -> tuple[Any, ...]:
@@ -393,4 +405,5 @@ def run_backward(tensor: Tensor, grad: NvArray, grad_owned: bool, retain_graph: 
         runs.pop()
     if not retain_graph:
         for n in run.visited:
-            release(n)
+            if not n.released:  # (the walk released the nodes it reached)
+                release(n)

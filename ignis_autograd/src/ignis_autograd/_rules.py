@@ -326,15 +326,13 @@ def _matmul(g, need, a, b, sa, sb):
 
 
 @rule("linear")
-def _linear(g, need, x2, w, sx):
-    # inputs (x, weight[, bias]); x2 is x folded to (rows, in), saved only for the weight's
-    # gradient, w only for x's.
-    g2 = g if g.ndim == 2 else g.reshape(-1, g.shape[-1])
-    gx = ignis.matmul(g2, w).reshape(sx) if need[0] else None
-    gw = ignis.matmul(g2, x2, transpose_a=True) if need[1] else None
-    if len(need) == 2:
-        return gx, gw
-    return gx, gw, g2.sum(axis=0) if need[2] else None
+def _linear(g, need, x, w):
+    # inputs (x, weight[, bias]); x is saved only for the weight's gradient, w only for x's.
+    has_bias = len(need) == 3
+    gx, gw, gb = ignis.nn.linear_backward(
+        g, x, w, need_x=need[0], need_weight=need[1], need_bias=has_bias and need[2]
+    )
+    return (gx, gw, gb) if has_bias else (gx, gw)
 
 
 @rule("add_bias", fresh=False)
@@ -412,13 +410,13 @@ def _layer_norm(g, need, kind, *ctx):
     if kind == "fused":  # rows (..., n) of x, saved mean/rstd; parameters flattened to (n,)
         rows, mean, rstd, w, sx, ns = ctx
         gx, gw, gb = ignis.nn.layer_norm_backward(
-            _grad_like(g.reshape(rows.shape), rows), rows, mean, rstd, w,
+            _grad_like(_shaped(g, rows.shape), rows), rows, mean, rstd, w,
             grad_input=need[0], grad_weight=need[1], grad_bias=need[2],
         )
         return (
-            None if gx is None else gx.reshape(sx),
-            None if gw is None else gw.reshape(ns),
-            None if gb is None else gb.reshape(ns),
+            None if gx is None else _shaped(gx, sx),
+            None if gw is None else _shaped(gw, ns),
+            None if gb is None else _shaped(gb, ns),
         )
     # composite: xhat = (x - mean) * rstd over ``axes``
     xhat, rstd, w, axes, batch_axes = ctx
@@ -444,10 +442,10 @@ def _rms_norm(g, need, kind, *ctx):
     if kind == "fused":
         rows, rstd, w, sx, ns = ctx
         gx, gw = ignis.nn.rms_norm_backward(
-            _grad_like(g.reshape(rows.shape), rows), rows, rstd, w,
+            _grad_like(_shaped(g, rows.shape), rows), rows, rstd, w,
             grad_input=need[0], grad_weight=need[1],
         )
-        return (None if gx is None else gx.reshape(sx), None if gw is None else gw.reshape(ns))
+        return (None if gx is None else _shaped(gx, sx), None if gw is None else _shaped(gw, ns))
     # composite: xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over ``axes``
     xhat, rstd, w, axes, batch_axes = ctx
     gx = gw = None
@@ -463,10 +461,17 @@ def _rms_norm(g, need, kind, *ctx):
 _HALF_TYPES = (ignis.float16, ignis.bfloat16)
 
 
+def _shaped(a, shape):
+    """``a`` reshaped to ``shape``; ``a`` itself when it has that shape already (the usual case
+    of the fused rules, whose saved rows are often the input itself)."""
+    return a if a.shape == shape else a.reshape(shape)
+
+
 def _grad_like(g, x):
     """``g`` in a dtype the fused backward kernels take next to ``x``: x's own, or float32 for
     16-bit x."""
-    if g.dtype == x.dtype or (x.dtype in _HALF_TYPES and g.dtype == ignis.float32):
+    gd, xd = g.dtype, x.dtype
+    if gd is xd or gd == xd or (xd in _HALF_TYPES and gd == ignis.float32):
         return g
     return g.astype(x.dtype)
 
@@ -503,8 +508,8 @@ def _rope(g, need, positions, offset, base, interleaved):
 
 @rule("scaled_dot_product_attention")
 def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv):
-    # inputs (q, k, v), saved as (1, batch, seq, dim) views; the fused backward recomputes
-    # the probabilities from lse.
+    # inputs (q, k, v), saved as the 4-D (possibly strided) views the kernels read; the fused
+    # backward recomputes the probabilities from lse.
     if not any(need):
         return None, None, None
     dq, dk, dv = ignis.nn.attention_backward(
@@ -519,12 +524,15 @@ def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq,
 
 @rule("packed_attention")
 def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h):
-    # input qkv (B, T, 3 * dim); q/k/v/out saved as (1, B * H, T, hd)
+    # input qkv (B, T, 3 * dim); q/k/v/out saved as (B, H, T, hd) views of qkv and of the
+    # (B, T, H, hd) output. The kernels read g through a (B, H, T, hd) view and write dq, dk, dv
+    # straight into the three slots of one (B, T, 3, H, hd) gradient: no copies.
     b, n, dim = g.shape
     hd = dim // h
-    g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3).reshape(1, b * h, n, hd)
-    dq, dk, dv = ignis.nn.attention_backward(g4, q, k, v, out, lse, causal=causal, scale=scale)
-    grad = ignis.empty((b, n, 3, h, hd), dtype=dq.dtype, device=dq.device)
-    for i, d in enumerate((dq, dk, dv)):  # each head-major gradient into its block of qkv
-        grad[:, :, i] = d.reshape(b, h, n, hd).permute(0, 2, 1, 3)
+    g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3)
+    grad = ignis.empty((b, n, 3, h, hd), dtype=q.dtype, device=q.device)
+    slots = grad.permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
+    ignis.nn.attention_backward(
+        g4, q, k, v, out, lse, causal=causal, scale=scale, dq=slots[0], dk=slots[1], dv=slots[2]
+    )
     return (grad.reshape(b, n, 3 * dim),)

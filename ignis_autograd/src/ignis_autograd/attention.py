@@ -64,11 +64,17 @@ def _fusable(q: NvArray, k: NvArray, v: NvArray) -> bool:
 
 
 def _as_4d(x: NvArray) -> NvArray:
-    """``(..., N, E)`` as ``(1, prod(...), N, E)``."""
-    lead = 1
-    for d in x.shape[:-2]:
-        lead *= d
-    return x.reshape(1, lead, x.shape[-2], x.shape[-1])
+    """``(..., N, E)`` as a 4-D ``(B, H, N, E)`` view for the fused kernels, which read any
+    batch, head and row strides: a 4-D array as it is, fewer dims with leading 1s, more with
+    the outer leading dims merged (a view where their strides allow, else reshape's copy)."""
+    if x.ndim == 4:
+        return x
+    if x.ndim < 4:
+        return x.reshape((1,) * (4 - x.ndim) + x.shape)
+    outer = 1
+    for d in x.shape[:-3]:
+        outer *= d
+    return x.reshape(outer, *x.shape[-3:])
 
 
 def _tensor(x: Any, data: NvArray) -> Tensor:
@@ -139,10 +145,14 @@ def packed_attention(
         return out.permute(0, 2, 1, 3).reshape(b, n, dim)
     s = 1.0 / math.sqrt(hd) if scale is None else float(scale)
     causal = bool(causal)
-    # one strided copy gathers the heads of all three; q, k and v are contiguous views of it
-    q4, k4, v4 = heads.reshape(3, 1, b * h, n, hd)
-    out4, lse = ignis.nn.attention(q4, k4, v4, causal=causal, scale=s)
-    out = out4.reshape(b, h, n, hd).permute(0, 2, 1, 3).reshape(b, n, dim)
+    # q, k and v are (B, H, T, hd) views of qkv read in place; the result is written into a
+    # (B, T, H, hd) buffer through its (B, H, T, hd) view, so merging the heads is a reshape.
+    q4, k4, v4 = heads[0], heads[1], heads[2]
+    merged = ignis.empty((b, n, h, hd), dtype=data.dtype, device=data.device)
+    out4, lse = ignis.nn.attention(
+        q4, k4, v4, causal=causal, scale=s, out=merged.permute(0, 2, 1, 3)
+    )
+    out = merged.reshape(b, n, dim)
     return apply("packed_attention", out, (qkv,), (q4, k4, v4, out4, lse, causal, s, h))
 
 

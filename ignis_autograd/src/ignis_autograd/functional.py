@@ -229,9 +229,10 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     """``x @ weight.T + bias`` over the last dimension of ``x`` (any leading dimensions), as
     one recorded op: ``weight`` is ``(out, in)``, ``bias`` None or ``(out,)``.
 
-    The leading dimensions fold into the rows of one GEMM; the backward pass is two GEMMs
-    (``g @ weight`` and ``g.T @ x``, the weight's gradient in the weight's own layout) and a
-    column sum for the bias.
+    The leading dimensions fold into the rows of one GEMM, with the bias added inside it
+    (:func:`ignis.nn.linear`); the backward pass is two GEMMs (``g @ weight`` and ``g.T @ x``,
+    the weight's gradient in the weight's own layout), the bias's gradient fused into the
+    second where the backend can (:func:`ignis.nn.linear_backward`).
 
     Example: ``y = ag.linear(x, w, b)`` for ``x (8, 10, 64)``, ``w (256, 64)``, ``b (256,)``.
     """
@@ -240,26 +241,10 @@ def linear(x: Any, weight: Any, bias: Any = None) -> Tensor:
     for name, v in (("x", dx), ("weight", dw), ("bias", db)):
         if v is not None and not isinstance(v, NvArray):
             raise TypeError(f"linear: {name} must be a Tensor or NvArray, got {type(v).__name__}")
-    if dw.ndim != 2:
-        raise ShapeError(f"linear: weight must be 2-D (out, in), got shape {dw.shape}")
-    n, k = dw.shape
-    if dx.ndim < 1 or dx.shape[-1] != k:
-        raise ShapeError(
-            f"linear: x of shape {dx.shape} does not end in weight's in-dimension {k} "
-            f"(expected (..., {k}))"
-        )
-    if db is not None and db.shape != (n,):
-        raise ShapeError(f"linear: bias has shape {db.shape}, expected ({n},)")
-    sx = dx.shape
-    x2 = dx if dx.ndim == 2 else dx.reshape(-1, k)
-    y = ignis.matmul(x2, dw, transpose_b=True)
-    if db is not None:
-        y = y + db
-    if dx.ndim != 2:
-        y = y.reshape(*sx[:-1], n)
+    y = ignis.nn.linear(dx, dw, db)  # checks the shapes; fuses the bias where dtypes allow
     inputs = (x, weight) if bias is None else (x, weight, bias)
     # keep an operand only for the other one's gradient (as matmul does)
-    ctx = (x2 if _wants_grad(weight) else None, dw if _wants_grad(x) else None, sx)
+    ctx = (dx if _wants_grad(weight) else None, dw if _wants_grad(x) else None)
     return apply("linear", y, inputs, ctx)
 
 
@@ -369,7 +354,9 @@ def _fused_rows(x: NvArray, ns: tuple[int, ...], params: tuple[Any, ...]) -> NvA
 
 
 def _flat_param(p: NvArray | None, n: int) -> NvArray | None:
-    return None if p is None else p.reshape(n)
+    if p is None or p.shape == (n,):  # (1-D parameters, the usual case, are kept as they are)
+        return p
+    return p.reshape(n)
 
 
 def layer_norm(
@@ -392,7 +379,8 @@ def layer_norm(
         w2, b2 = _flat_param(wd, n), _flat_param(bd, n)
         y, mean, rstd = ignis.nn.layer_norm(rows, w2, b2, eps)
         ctx = ("fused", rows, mean, rstd, w2, xd.shape, ns)
-        return apply("layer_norm", y.reshape(xd.shape), (x, weight, bias), ctx)
+        y = y if rows is xd else y.reshape(xd.shape)  # (rows is x itself for one axis)
+        return apply("layer_norm", y, (x, weight, bias), ctx)
     # Composite: trailing dimensions that are not contiguous, or mixed parameter dtypes.
     xc = xd.astype(_F32) if xd.dtype in HALF else xd
     mu = xc.mean(axis=axes, keepdims=True)
@@ -425,7 +413,8 @@ def rms_norm(x: Any, normalized_shape: Any = None, weight: Any = None, eps: floa
         w2 = _flat_param(wd, n)
         y, rstd = ignis.nn.rms_norm(rows, w2, eps)
         ctx = ("fused", rows, rstd, w2, xd.shape, ns)
-        return apply("rms_norm", y.reshape(xd.shape), (x, weight), ctx)
+        y = y if rows is xd else y.reshape(xd.shape)
+        return apply("rms_norm", y, (x, weight), ctx)
     xc = xd.astype(_F32) if xd.dtype in HALF else xd
     rstd = ignis.rsqrt((xc * xc).mean(axis=axes, keepdims=True) + eps)
     xhat = xc * rstd

@@ -339,9 +339,10 @@ class HostBlas:
             B = self._matrix(b + i * stride_b * item, dtype, k, n, ldb, transb)[0]
             C, offsets, mem = self._matrix(c + i * stride_c * item, dtype, m, n, ldc,
                                            _cublas.CUBLAS_OP_N)
-            res = alpha.value * (A.astype(np.float64) @ B.astype(np.float64))
-            if beta.value != 0:
-                res = res + beta.value * C.astype(np.float64)
+            al, be = alpha._obj.value, beta._obj.value  # ctypes.byref of the scalars
+            res = al * (A.astype(np.float64) @ B.astype(np.float64))
+            if be != 0:
+                res = res + be * C.astype(np.float64)
             mem[offsets] = res.astype(dtype)  # ctypes memory: writable
 
 
@@ -1163,3 +1164,87 @@ def test_own_kernels_match_cublas(dtype):
     bound_check(blas, ref, scale, TOL[dtype], f"cuBLAS {dtype}")
     bound_check(own, ref, scale, TOL[dtype], f"own {dtype}")
     bound_check(own, blas.astype(np.float64), scale, 2 * TOL[dtype], f"own vs cuBLAS {dtype}")
+
+
+def test_cublas_plans_are_reused_only_for_the_same_layout(monkeypatch):
+    """A repeated product reuses its remembered cuBLAS calls with the new operands' addresses;
+    another layout, a switch or an operand that needs a copy gets a plan of its own (or none)."""
+    from ignis._array._backend import get_backend
+
+    cpu = get_backend("cpu")
+    arrays = []
+    lib = HostBlas(lambda: [x._storage for x in arrays])
+    monkeypatch.setattr(_cublas, "load", lambda: lib)
+    monkeypatch.setattr(mm, "_cublas_enabled", True)
+    monkeypatch.setattr(mm, "_force_family", None)
+    monkeypatch.setattr(mm, "_allow_tf32", False)
+    monkeypatch.setattr(mm, "_blas_plans", {})
+    monkeypatch.setattr(mm, "_lt_enabled", False)  # the host model stands in for cuBLAS only
+    backend = types.SimpleNamespace(data_ptr=cpu.data_ptr, copy=cpu.copy, gpu=None,
+                                    stream=types.SimpleNamespace(ptr=0))
+    rng = np.random.default_rng(7)
+
+    def product(x, y, b_view=lambda t: t, alpha=1.0):
+        xa = ignis.NvArray.from_host(x, device="cpu")
+        yb = b_view(ignis.NvArray.from_host(y, device="cpu"))
+        out = ignis.empty((x.shape[0], yb.shape[1]), dtype="float32", device="cpu")
+        arrays[:] = [xa, yb, out]
+        mm.matmul(backend, out, xa, yb, alpha, 0.0)
+        ref, scale = reference(x, yb.to_host(), alpha)
+        bound_check(out.to_host(), ref, scale, TOL["float32"], "planned product")
+
+    for _ in range(3):  # first call plans, the next two replay with new data and addresses
+        product(rng.uniform(-1, 1, (5, 7)).astype(np.float32),
+                rng.uniform(-1, 1, (7, 6)).astype(np.float32))
+    assert len(mm._blas_plans) == 1 and len(lib.calls) == 3
+    product(rng.uniform(-1, 1, (5, 7)).astype(np.float32),
+            rng.uniform(-1, 1, (6, 7)).astype(np.float32), b_view=lambda t: t.T)
+    assert len(mm._blas_plans) == 2 and lib.calls[-1][0] == _cublas.CUBLAS_OP_T  # B^T first
+    product(rng.uniform(-1, 1, (5, 7)).astype(np.float32),
+            rng.uniform(-1, 1, (7, 6)).astype(np.float32), alpha=-0.5)
+    assert len(mm._blas_plans) == 3  # alpha is part of the plan
+    monkeypatch.setattr(mm, "_allow_tf32", True)
+    product(rng.uniform(-1, 1, (5, 7)).astype(np.float32),
+            rng.uniform(-1, 1, (7, 6)).astype(np.float32))
+    assert len(mm._blas_plans) == 4
+    assert lib.calls[-1][9] == _cublas.CUBLAS_COMPUTE_32F_FAST_TF32
+    # an operand with a stride in both dims is copied first: never remembered
+    compact = mm._compact_copy
+
+    def seen_copy(backend, arr, keep):  # the host model may read the copy too
+        mat = compact(backend, arr, keep)
+        arrays.append(keep[-1])
+        return mat
+
+    monkeypatch.setattr(mm, "_compact_copy", seen_copy)
+    product(rng.uniform(-1, 1, (5, 7)).astype(np.float32),
+            rng.uniform(-1, 1, (7, 12)).astype(np.float32), b_view=lambda t: t[:, ::2])
+    assert len(mm._blas_plans) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cublaslt_plans_match_the_cublas_calls(dtype, monkeypatch):
+    """A remembered product runs through cuBLASLt from its first call on (2-D and batched,
+    transposed operands); an operand that is not 256-byte aligned takes the cuBLAS call of the
+    same plan; with cuBLASLt off every call is cuBLAS's. All within the product bounds."""
+    if not HAS_GPU:
+        pytest.skip("needs a CUDA GPU")
+    from ignis import _cublaslt
+
+    if not mm.cublas_available() or _cublaslt.load() is None:
+        pytest.skip("cuBLASLt is not installed")
+    monkeypatch.setattr(mm, "_blas_plans", {})
+    rng = np.random.default_rng(17)
+    x, y = rand(rng, (3, 65, 33), dtype), rand(rng, (47, 33), dtype)
+    a, b = dev(x, dtype), dev(y, dtype)
+    for lt in (True, False):
+        monkeypatch.setattr(mm, "_lt_enabled", lt)
+        for _ in range(2):  # planned, then replayed
+            for got, xs, what in ((a[0] @ b.T, x[0], "2-D"), (a @ b.T, x, "batched"),
+                                  (a[1, 1:] @ b.T, x[1, 1:], "unaligned")):
+                ref, scale = reference(xs, y.T)
+                bound_check(got.to_host(), ref, scale, TOL[dtype], f"{what} lt={lt} {dtype}")
+    planned = [p for k, p in mm._blas_plans.items() if k[-1]]  # keys end with _lt_enabled
+    assert planned and any(p[3] is not None for p in planned), "no product ran on cuBLASLt"
+    assert all(p[3] is None for k, p in mm._blas_plans.items() if not k[-1])

@@ -223,6 +223,160 @@ def test_nan_input_propagates(device):
     assert np.all(np.isnan(host(out)))
 
 
+# --- strided views in and out -------------------------------------------------------------------
+# The kernels read q, k, v, out, grad_out and write out, dq, dk, dv through their strides: heads
+# sliced out of a packed (B, T, 3, H, E) projection, results into caller's views.
+
+
+def _packed(rng, b, n, h, e, dtype, device):
+    """(host float64 (B, T, 3, H, E), device array of it)."""
+    x = rounded(rng.standard_normal((b, n, 3, h, e)), dtype)
+    return x, ignis.asarray(x.astype(NP_DTYPE[dtype]), device=device)
+
+
+def _heads(a):
+    """q, k, v: (B, H, T, E) views of a packed (B, T, 3, H, E) array (host or device)."""
+    if isinstance(a, np.ndarray):
+        return [a[:, :, i].transpose(0, 2, 1, 3) for i in range(3)]
+    return [a[:, :, i].permute(0, 2, 1, 3) for i in range(3)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 31, 33, 100])
+@pytest.mark.parametrize("e", [32, 64, 96, 128])
+def test_packed_heads_in_and_out_in_place(device, dtype, causal, n, e):
+    # packed_attention's layouts: q, k, v are slots of one (B, T, 3, H, E) array, out goes into
+    # a (B, T, H, E) buffer, grad_out comes as one, and dq, dk, dv go into the three slots of
+    # one (B, T, 3, H, E) gradient. Spare slots next to the views must keep their values.
+    b, h = 2, 3
+    rng = np.random.default_rng(n * 1000 + e + causal)
+    packed, qkv = _packed(rng, b, n, h, e, dtype, device)
+    q, k, v = _heads(qkv)
+    assert not q.is_contiguous and q.shape == (b, h, n, e)
+    merged = ignis.full((b, n, h + 1, e), 7.0, dtype=dtype, device=device)  # one spare head
+    out_view = merged[:, :, 1:].permute(0, 2, 1, 3)
+    out, lse = ignis.nn.attention(q, k, v, causal=causal, out=out_view)
+    assert out is out_view and lse.shape == (b, h, n)
+    qh, kh, vh = _heads(packed)
+    g_merged = rounded(rng.standard_normal((b, n, h, e)), dtype)
+    gh = g_merged.transpose(0, 2, 1, 3)
+    want_out, want_lse, grads = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e), grad=gh)
+    m = host(merged)
+    assert np.all(m[:, :, 0] == 7), "out: the spare head was written"
+    assert_close(m[:, :, 1:].transpose(0, 2, 1, 3), want_out, dtype, "out")
+    assert_close(host(lse), want_lse, "float32", "lse")
+
+    g = ignis.asarray(g_merged.astype(NP_DTYPE[dtype]), device=device).permute(0, 2, 1, 3)
+    grad = ignis.full((b, n, 4, h, e), 7.0, dtype=dtype, device=device)  # slot 3 is spare
+    slots = list(grad.permute(2, 0, 3, 1, 4)[:3])
+    dq, dk, dv = ignis.nn.attention_backward(
+        g, q, k, v, out, lse, causal=causal, dq=slots[0], dk=slots[1], dv=slots[2]
+    )
+    assert all(a is b for a, b in zip((dq, dk, dv), slots, strict=True))
+    got = host(grad)
+    assert np.all(got[:, :, 3] == 7), "a gradient was written into the spare slot"
+    for i, (name, want) in enumerate(zip(("dq", "dk", "dv"), grads, strict=True)):
+        assert_close(got[:, :, i].transpose(0, 2, 1, 3), want, dtype, name)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_reversed_padded_and_broadcast_views(device, dtype, causal):
+    # q with heads and rows reversed (negative strides), k with padded rows one element into its
+    # buffer (no 16-byte alignment), v shared by all heads (head stride 0), grad_out a (B, T,
+    # H, E) view; out and dq into reversed views, dk into padded rows, dv into (B, T, H, E).
+    b, h, n_q, n_k, e = 2, 3, 37, 45, 64
+    rng = np.random.default_rng(17 + causal)
+    t = NP_DTYPE[dtype]
+
+    def dev(x):
+        return ignis.asarray(np.ascontiguousarray(x).astype(t), device=device)
+
+    qh = rounded(rng.standard_normal((b, h, n_q, e)), dtype)
+    q = dev(qh[:, ::-1, ::-1])[:, ::-1, ::-1]
+    kh = rounded(rng.standard_normal((b, h, n_k, e)), dtype)
+    k_pad = np.full((1 + b * h * n_k * (e + 3),), np.nan)
+    k_pad[1:] = np.pad(kh, ((0, 0), (0, 0), (0, 0), (0, 3))).ravel()
+    k = dev(k_pad)[1:].reshape(b, h, n_k, e + 3)[..., :e]
+    v1 = rounded(rng.standard_normal((b, 1, n_k, e)), dtype)
+    v = dev(v1).broadcast_to((b, h, n_k, e))
+    vh = np.broadcast_to(v1, (b, h, n_k, e))
+    gh = rounded(rng.standard_normal((b, h, n_q, e)), dtype)
+    g = dev(gh.transpose(0, 2, 1, 3)).permute(0, 2, 1, 3)
+    assert q.strides[1] < 0 and v.strides[1] == 0 and k.strides[2] == (e + 3) * q.itemsize
+
+    def zeros(shape):
+        return ignis.zeros(shape, dtype=dtype, device=device)
+
+    out_buf = zeros((b, h, n_q, e))
+    out, lse = ignis.nn.attention(q, k, v, causal=causal, out=out_buf[:, ::-1, ::-1])
+    dq_buf, dk_buf, dv_buf = zeros((b, h, n_q, e)), zeros((b, h, n_k, e + 3)), zeros((b, n_k, h, e))
+    dq, dk, dv = ignis.nn.attention_backward(
+        g, q, k, v, out, lse, causal=causal, dq=dq_buf[:, ::-1, ::-1], dk=dk_buf[..., :e],
+        dv=dv_buf.permute(0, 2, 1, 3),
+    )
+    want_out, want_lse, (wdq, wdk, wdv) = ref_attention(qh, kh, vh, causal, 1 / 8, grad=gh)
+    stat = "float64" if dtype == "float64" else "float32"
+    assert_close(host(out_buf)[:, ::-1, ::-1], want_out, dtype, "out")
+    assert_close(host(lse), want_lse, stat, "lse")
+    assert_close(host(dq_buf)[:, ::-1, ::-1], wdq, dtype, "dq")
+    assert np.all(host(dk_buf)[..., e:] == 0), "dk: written into the row padding"
+    assert_close(host(dk_buf)[..., :e], wdk, dtype, "dk")
+    assert_close(host(dv_buf).transpose(0, 2, 1, 3), wdv, dtype, "dv (per head)")
+
+
+def test_a_strided_last_dim_is_copied_first(device):
+    rng = np.random.default_rng(23)
+    wide = rounded(rng.standard_normal((1, 2, 20, 64)), "bfloat16")
+    q = ignis.asarray(wide.astype(ml_dtypes.bfloat16), device=device)[..., ::2]  # stride 2
+    kh = rounded(rng.standard_normal((1, 2, 20, 32)), "bfloat16")
+    k = ignis.asarray(kh.astype(ml_dtypes.bfloat16), device=device)
+    out, lse = ignis.nn.attention(q, k, k, causal=True)
+    want, _, _ = ref_attention(wide[..., ::2], kh, kh, True, 1 / math.sqrt(32))
+    assert_close(host(out), want, "bfloat16", "out")
+    assert out.is_contiguous
+
+
+def test_destination_views_are_checked():
+    q = ignis.ones((1, 2, 4, 32))
+    k = ignis.ones((1, 2, 6, 32))
+    out, lse = ignis.nn.attention(q, k, k)
+    with pytest.raises(ShapeError, match=r"attention: out has shape \(1, 2, 6, 32\); "
+                                         r"expected \(1, 2, 4, 32\)"):
+        ignis.nn.attention(q, k, k, out=ignis.empty((1, 2, 6, 32)))
+    with pytest.raises(DTypeError, match="attention: out is float64; expected float32"):
+        ignis.nn.attention(q, k, k, out=ignis.empty((1, 2, 4, 32), dtype="float64"))
+    with pytest.raises(TypeError, match="attention: out must be an NvArray or None, got ndarray"):
+        ignis.nn.attention(q, k, k, out=np.empty((1, 2, 4, 32), np.float32))
+    with pytest.raises(ValueError, match=r"attention: out must have a contiguous last dim "
+                       r"\(element stride 1\); got strides \(2048, 1024, 256, 8\)"):
+        ignis.nn.attention(q, k, k, out=ignis.empty((1, 2, 4, 64))[..., ::2])
+    with pytest.raises(ValueError, match="attention: out has strides .* reach some elements twice"):
+        ignis.nn.attention(q, k, k, out=ignis.empty((1, 1, 4, 32)).broadcast_to((1, 2, 4, 32)))
+    with pytest.raises(ValueError, match="attention: out shares memory with q"):
+        ignis.nn.attention(q, k, k, out=q)
+    g = ignis.ones((1, 2, 4, 32))
+    op = "attention_backward"
+    with pytest.raises(ShapeError, match=rf"{op}: dk has shape \(1, 2, 4, 32\); expected"):
+        ignis.nn.attention_backward(g, q, k, k, out, lse, dk=ignis.empty((1, 2, 4, 32)))
+    with pytest.raises(ValueError, match=f"{op}: dq shares memory with grad_out"):
+        ignis.nn.attention_backward(g, q, k, k, out, lse, dq=g)
+    with pytest.raises(ValueError, match=f"{op}: dv shares memory with k"):
+        ignis.nn.attention_backward(g, q, k, k, out, lse, dq=ignis.empty(q.shape), dv=k)
+    grad = ignis.empty((1, 6, 3, 2, 32))  # (B, T, 3, H, E): interleaved slots are fine
+    _, dk_slot, dv_slot = grad.permute(2, 0, 3, 1, 4)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, k, out, lse, dk=dk_slot, dv=dv_slot)
+    assert dk is dk_slot and dv is dv_slot and dq.shape == q.shape and dq.is_contiguous
+
+
+@pytest.mark.gpu
+def test_destination_on_another_device_is_named():
+    q = ignis.ones((1, 1, 4, 32), device="cuda:0")
+    with pytest.raises(DeviceMismatchError, match="attention: out is on cpu; expected cuda:0"):
+        ignis.nn.attention(q, q, q, out=ignis.empty((1, 1, 4, 32)))
+
+
 # --- decode --------------------------------------------------------------------------------------
 
 
@@ -332,16 +486,42 @@ def test_every_kernel_instantiation_compiles(dtype):
     assert set(obj.lowered_names) == names and obj.log == ""
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
-def test_kernel_parameters_have_known_types(dtype):
-    # Launch arguments are packed from the parameter types read in the source: every one must
-    # be understood (a dependent type such as acc_type<T>::type would not be).
+def assert_known_param_types(names):
+    """Launch arguments are packed from the parameter types read in the source: every one must
+    be understood (a dependent type such as acc_type<T>::type would not be); the attention
+    kernels end with the by-value Layout, the decode kernels take none."""
     from ignis._signature import parse_kernel_params
 
     src = _sources.read_source("attention.cu")
-    for name in cuda_attention.kernel_names(dtype, 64, True).values():
+    for name in names:
         params = parse_kernel_params(src, name)
-        assert params and all(p.kind in ("pointer", "int", "float") for p in params), (name, params)
+        *plain, last = params
+        assert all(p.kind in ("pointer", "int", "float") for p in plain), (name, params)
+        if "decode" in name:
+            assert last.kind in ("pointer", "int", "float"), (name, params)
+        else:
+            assert (last.kind, last.ctype, last.name) == ("struct", "Layout", "lay"), (name, last)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_kernel_parameters_have_known_types(dtype):
+    assert_known_param_types(cuda_attention.kernel_names(dtype, 64, True).values())
+
+
+def test_layout_packing_matches_the_kernels_struct():
+    # ignis::attn::Layout: int64 heads, then (batch, head, row) element strides of q, k, v, out,
+    # grad_out, dq, dk, dv; the kernel source asserts the same 200 bytes.
+    assert cuda_attention.LAYOUT.size == 25 * 8
+    assert "static_assert(sizeof(Layout) == 25 * 8" in _sources.read_source("attention.cu")
+    qkv = ignis.empty((2, 7, 3, 4, 16), dtype="float32")  # (B, T, 3, H, E) on the CPU
+    q, k = qkv[:, :, 0].permute(0, 2, 1, 3), qkv[:, :, 1].permute(0, 2, 1, 3)
+    one_batch = ignis.empty((1, 4, 7, 16), dtype="float32")
+    values = cuda_attention.LAYOUT.unpack(cuda_attention.layout(4, q, k, dk=one_batch))
+    assert values[0] == 4
+    assert values[1:7] == (7 * 3 * 4 * 16, 16, 3 * 4 * 16) * 2  # q, k: (B, H, T) strides
+    assert values[7:19] == (0,) * 12  # v, out, grad_out, dq: not given
+    assert values[19:22] == (0, 7 * 16, 16)  # dk: a batch of one is never stepped
+    assert values[22:] == (0, 0, 0)
 
 
 def test_padded_head_dims():
@@ -390,6 +570,40 @@ def test_long_sequences_on_gpu_match_torch(dtype, causal, e, path, monkeypatch):
     assert_close(host(out), tout.detach().cpu().numpy(), dtype, "out")
     for name, got, want in (("dq", dq, tq.grad), ("dk", dk, tk.grad), ("dv", dv, tv.grad)):
         assert_close(host(got), want.cpu().numpy(), dtype, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32", "float64"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("e", [64, 80, 128])
+@pytest.mark.parametrize("path", ["default", "fallback"])
+def test_every_kernel_family_on_packed_views_on_gpu(dtype, causal, e, path, monkeypatch):
+    # "fallback": the 16-rows-per-warp forward and the two-pass backward (16-bit), the first
+    # scalar kernels (32-bit, 64-bit). Several tiles per block, partial last tiles.
+    if path == "fallback":
+        monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", 16)
+        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
+        monkeypatch.setattr(cuda_attention, "SIMT_TILED", False)
+    b, h, n = 2, 3, 257
+    rng = np.random.default_rng(e + 7 * causal)
+    packed, qkv = _packed(rng, b, n, h, e, dtype, "cuda:0")
+    q, k, v = _heads(qkv)
+    merged = ignis.empty((b, n, h, e), dtype=dtype, device="cuda:0")
+    out, lse = ignis.nn.attention(q, k, v, causal=causal, out=merged.permute(0, 2, 1, 3))
+    g_merged = rounded(rng.standard_normal((b, n, h, e)), dtype)
+    g = ignis.asarray(g_merged.astype(NP_DTYPE[dtype]), device="cuda:0").permute(0, 2, 1, 3)
+    grad = ignis.empty((b, n, 3, h, e), dtype=dtype, device="cuda:0")
+    dq, dk, dv = _heads(grad)
+    ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
+    qh, kh, vh = _heads(packed)
+    want_out, want_lse, grads = ref_attention(
+        qh, kh, vh, causal, 1 / math.sqrt(e), grad=g_merged.transpose(0, 2, 1, 3)
+    )
+    assert_close(host(merged).transpose(0, 2, 1, 3), want_out, dtype, "out")
+    assert_close(host(lse), want_lse, "float64" if dtype == "float64" else "float32", "lse")
+    got = host(grad)
+    for i, (name, want) in enumerate(zip(("dq", "dk", "dv"), grads, strict=True)):
+        assert_close(got[:, :, i].transpose(0, 2, 1, 3), want, dtype, name)
 
 
 # --- the CUDA backend's host side over a fake driver (no GPU needed) ------------------------------
@@ -506,19 +720,131 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
     assert g1 == (2, 6, 1) and g2 == (6, 1, 1)  # 65 rows: two splits of at least 64 rows
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_strided_views_reach_the_kernels_in_place(fake, dtype, fused, monkeypatch):
+    monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", fused)
+    b, n, h, e = 2, 100, 3, 64
+    item = 2 if dtype == "bfloat16" else 4
+    qkv = ignis.empty((b, n, 3, h, e), dtype=dtype, device="cuda:0")
+    q, k, v = (qkv[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+    merged = ignis.empty((b, n, h, e), dtype=dtype, device="cuda:0")
+    packed = (n * 3 * h * e, e, 3 * h * e)  # element strides of a slot of qkv (B, H, T)
+    rows = (n * h * e, e, h * e)  # of a (B, T, H, E) buffer viewed as (B, H, T, E)
+    fake.launches.clear()
+    out, lse = ignis.nn.attention(q, k, v, causal=True, out=merged.permute(0, 2, 1, 3))
+    ((name, _, _, _, args),) = fake.launches  # one launch: no gather, no scatter
+    assert [_u64(a) for a in args[:4]] == [q.data_ptr, k.data_ptr, v.data_ptr, merged.data_ptr]
+    assert _i32(args[9]) == 1  # 16-byte copies: every base and stride is 16-byte aligned
+    lay = cuda_attention.LAYOUT.unpack(args[-1])
+    assert lay == (h, *packed * 3, *rows, *(0,) * 12)
+
+    grad = ignis.empty((b, n, 3, h, e), dtype=dtype, device="cuda:0")
+    dq, dk, dv = (grad[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+    g = ignis.empty((b, n, h, e), dtype=dtype, device="cuda:0").permute(0, 2, 1, 3)
+    fake.launches.clear()
+    ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True, dq=dq, dk=dk, dv=dv)
+    launched = {n_.split("<")[0].split("::")[-1]: a for n_, _, _, _, a in fake.launches}
+    assert not any("copy" in name for name in launched), sorted(launched)
+    lay = cuda_attention.LAYOUT.unpack(launched["attn_row_dot"][-1])
+    assert lay == (h, *packed * 3, *rows, *rows, *packed * 3)
+    kv = [a for name, a in launched.items() if "dkdv" in name or "fused" in name][0]
+    assert [_u64(a) for a in kv[6:8]] == [dk.data_ptr, dv.data_ptr]
+    if "attn_dq_finish" in launched:  # the fused backward rounds dQ into place at the end
+        assert _u64(launched["attn_dq_finish"][1]) == dq.data_ptr
+    else:
+        dq_kernel = [a for name, a in launched.items() if "bwd_dq" in name][0]
+        assert _u64(dq_kernel[6]) == dq.data_ptr
+
+    # Rows (e + 1) elements apart: read in place with element copies.
+    padded = ignis.empty((b, h, n, e + 1), dtype=dtype, device="cuda:0")[..., :e]
+    assert padded.strides[2] == (e + 1) * item
+    fake.launches.clear()
+    ignis.nn.attention(q, padded, v)
+    ((_, _, _, _, args),) = fake.launches
+    assert _u64(args[1]) == padded.data_ptr and _i32(args[9]) == 0
+    assert cuda_attention.LAYOUT.unpack(args[-1])[4:7] == (h * n * (e + 1), n * (e + 1), e + 1)
+    # A strided last dim: one copy first, then the kernel on the copy.
+    wide = ignis.empty((b, h, n, 2 * e), dtype=dtype, device="cuda:0")[..., ::2]
+    fake.launches.clear()
+    ignis.nn.attention(q, wide, v)
+    assert ["copy" in n_ for n_, *_ in fake.launches] == [True, False]
+
+
 # --- the kernels on a host emulator (no GPU needed) ---------------------------------------------
 # The CUDA kernels of attention.cu compiled as host C++ against an emulation of the CUDA features
 # they use (threads as coroutines, barriers, warp shuffles, ldmatrix, mma, cp.async): their index
-# math, masking of partial tiles and pipelining run here exactly as written.
+# math, masking of partial tiles and pipelining run here exactly as written. Every operand is a
+# (B, H, rows, E) view into a buffer of its own, dense or strided (see LAYOUTS); the rest of each
+# buffer is NaN, so a kernel that reads or writes outside its view is caught.
+
+# The harnesses' operand handling (after #include "attention.cu"): each of q, k, v, dout, out,
+# dq, dk, dv is described on the command line by five numbers (buffer size, offset of the first
+# element, batch / head / row strides, all in elements).
+OPERANDS_CPP = r"""
+template <class P> P* aligned(size_t n) {
+  void* p = std::aligned_alloc(256, ((n * sizeof(P) + 255) / 256) * 256 + 256);
+  return (P*)p;
+}
+
+template <class T> struct Operand {
+  size_t size = 0;
+  ignis::int64 offset = 0;
+  ignis::attn::Strides st{};
+  T* buf = nullptr;
+  T* ptr() const { return buf + offset; }
+  T& at(ignis::int64 b, ignis::int64 h, ignis::int64 r, int e) const {
+    return buf[offset + b * st.sb + h * st.sh + r * st.st + e];
+  }
+};
+
+// Operand from argv[at .. at + 5); its buffer starts as all-ones bits (NaN in every float type).
+template <class T> Operand<T> operand(char** argv, int at) {
+  Operand<T> o;
+  o.size = (size_t)std::atoll(argv[at]);
+  o.offset = std::atoll(argv[at + 1]);
+  o.st = ignis::attn::Strides{std::atoll(argv[at + 2]), std::atoll(argv[at + 3]),
+                              std::atoll(argv[at + 4])};
+  o.buf = aligned<T>(o.size);
+  std::memset((void*)o.buf, 0xff, o.size * sizeof(T));
+  return o;
+}
+
+// The operands in command-line order: q, k, v, dout, out, dq, dk, dv.
+template <class T> struct Operands {
+  Operand<T> q, k, v, dout, out, dq, dk, dv;
+  Operands(char** argv, int at)
+      : q(operand<T>(argv, at)), k(operand<T>(argv, at + 5)), v(operand<T>(argv, at + 10)),
+        dout(operand<T>(argv, at + 15)), out(operand<T>(argv, at + 20)),
+        dq(operand<T>(argv, at + 25)), dk(operand<T>(argv, at + 30)),
+        dv(operand<T>(argv, at + 35)) {}
+  // The inputs' buffers, in this order, from the input file; cp.async may read them.
+  void read(const char* path) {
+    FILE* in = std::fopen(path, "rb");
+    for (Operand<T>* o : {&q, &k, &v, &dout}) {
+      if (!in || std::fread(o->buf, sizeof(T), o->size, in) != o->size) emu::die("short input");
+      emu::readable.push_back(
+          {(const unsigned char*)o->buf, (const unsigned char*)(o->buf + o->size)});
+    }
+    std::fclose(in);
+  }
+  ignis::attn::Layout layout(ignis::int64 heads) const {
+    return ignis::attn::Layout{heads, q.st, k.st, v.st, out.st, dout.st, dq.st, dk.st, dv.st};
+  }
+};
+static const int kOperandArgs = 40;
+"""
 
 ATTN_PART = r"""
 // The attention kernels of attention.cu on the emulator of tc_emulator.py.
 //
 // Build: c++ -std=c++17 -O1 -I<cuda_src> -DEMU_T=<type> -DEMU_D=<head dim> -DEMU_CAUSAL=<0|1>
 //        -DEMU_TC=<0|1>
-// Run:   emulator <input> <output> bh L S E scale       (input: q, k, v, dout; output: out,
-//        lse, dq, dk, dv of attention and the decode attention of each head's first query over
-//        all S keys, all raw little-endian)
+// Run:   emulator <input> <output> B H L S E scale vec <operands: 8 x 5 numbers>
+//        (input: the buffers of q, k, v, dout; output: the buffer of out, lse, the buffers of dq,
+//        dk, dv and the decode attention of each head's first query over all S keys; the
+//        tensor-core builds then write the 16-rows-per-warp forward's out buffer and lse and the
+//        fused backward's dq, dk, dv buffers; all raw little-endian)
 #define IGNIS_ATTN_HOST_EMULATION 1
 
 namespace ignis {
@@ -531,132 +857,256 @@ inline void require_smem(unsigned bytes) {
 }  // namespace ignis
 
 #include "attention.cu"
-
-template <class P> P* aligned(size_t n) {
-  void* p = std::aligned_alloc(256, ((n * sizeof(P) + 255) / 256) * 256 + 256);
-  return (P*)p;
-}
-
+""" + OPERANDS_CPP + r"""
 int main(int argc, char** argv) {
   using namespace ignis;
   using namespace ignis::attn;
   typedef EMU_T T;
   typedef std::conditional<std::is_same<T, double>::value, double, float>::type LT;
-  if (argc != 8) emu::die("usage: emulator <input> <output> bh L S E scale");
-  const int bh = std::atoi(argv[3]), L = std::atoi(argv[4]), S = std::atoi(argv[5]);
-  const int E = std::atoi(argv[6]);
-  const double scale = std::atof(argv[7]);
-  const size_t nq = (size_t)bh * L * E, nk = (size_t)bh * S * E;
-  T *q = aligned<T>(nq), *k = aligned<T>(nk), *v = aligned<T>(nk), *dout = aligned<T>(nq);
-  FILE* in = std::fopen(argv[1], "rb");
-  if (!in || std::fread(q, sizeof(T), nq, in) != nq || std::fread(k, sizeof(T), nk, in) != nk ||
-      std::fread(v, sizeof(T), nk, in) != nk || std::fread(dout, sizeof(T), nq, in) != nq)
-    emu::die("short input");
-  std::fclose(in);
-  for (auto* p : {(const void*)q, (const void*)dout})
-    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nq * sizeof(T)});
-  for (auto* p : {(const void*)k, (const void*)v})
-    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nk * sizeof(T)});
-  T *out = aligned<T>(nq), *dq = aligned<T>(nq), *dk = aligned<T>(nk), *dv = aligned<T>(nk);
+  if (argc != 10 + kOperandArgs) emu::die("usage: emulator <in> <out> B H L S E scale vec ops");
+  const int B = std::atoi(argv[3]), H = std::atoi(argv[4]), L = std::atoi(argv[5]);
+  const int S = std::atoi(argv[6]), E = std::atoi(argv[7]), vec = std::atoi(argv[9]);
+  const double scale = std::atof(argv[8]);
+  const int bh = B * H;
+  Operands<T> x(argv, 10);
+  x.read(argv[1]);
+  const Layout lay = x.layout(H);
+  T *q = x.q.ptr(), *k = x.k.ptr(), *v = x.v.ptr(), *dout = x.dout.ptr();
+  T *out = x.out.ptr(), *dq = x.dq.ptr(), *dk = x.dk.ptr(), *dv = x.dv.ptr();
   LT *lse = aligned<LT>((size_t)bh * L), *dvec = aligned<LT>((size_t)bh * L);
   std::mt19937 rng(1234);
-  [[maybe_unused]] const int vec = (E % 8 == 0) ? 1 : 0;  // the buffers are 256-byte aligned
   constexpr int D = EMU_D;
   constexpr bool C = EMU_CAUSAL != 0;
   auto cdiv = [](int a, int b) { return (unsigned)((a + b - 1) / b); };
 #if EMU_TC
   const float sl2 = (float)(scale * 1.4426950408889634);
-  // The 16-rows-per-warp fallback first (its results are written last), then the default
-  // 32-rows-per-warp forward whose out and lse feed the backward.
-  T* out16 = aligned<T>(nq);
+  // The 16-rows-per-warp fallback first (into copies of the out buffer, its results written
+  // last), then the default 32-rows-per-warp forward whose out and lse feed the backward.
+  Operand<T> out16 = x.out, dq_f = x.dq, dk_f = x.dk, dv_f = x.dv;
+  for (Operand<T>* o : {&out16, &dq_f, &dk_f, &dv_f}) {
+    o->buf = aligned<T>(o->size);
+    std::memset((void*)o->buf, 0xff, o->size * sizeof(T));
+  }
   LT* lse16 = aligned<LT>((size_t)bh * L);
   emu::launch(cdiv(L, kFwdBM), bh, kTcThreads, 4 * kFwdBN * (D + 8) * 2, [&] {
-    flash_fwd_tc<T, D, C>(q, k, v, out16, lse16, L, S, E, sl2, vec, 0);
+    flash_fwd_tc<T, D, C>(q, k, v, out16.ptr(), lse16, L, S, E, sl2, vec, 0, lay);
   }, rng);
   emu::launch(cdiv(L, kFwd2BM), bh, kTcThreads, (kFwd2BM + 4 * kFwd2BN) * (D + 8) * 2, [&] {
-    flash_fwd_tc_m32<T, D, C>(q, k, v, out, lse, L, S, E, sl2, vec, 0);
+    flash_fwd_tc_m32<T, D, C>(q, k, v, out, lse, L, S, E, sl2, vec, 0, lay);
   }, rng);
   emu::launch(cdiv(bh * L, 8), 1, 256, 0,
-              [&] { attn_row_dot<T, float>(dout, out, dvec, (int64)bh * L, E); }, rng);
+              [&] { attn_row_dot<T, float>(dout, out, dvec, (int64)bh * L, L, E, lay); }, rng);
   const size_t dkdv_smem = (2 * kBwdKN + 4 * kBwdKM) * (D + 8) * 2 + 4 * kBwdKM * 4;
   emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, dkdv_smem, [&] {
     flash_bwd_dkdv_tc<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (float)scale, sl2, vec,
-                               0);
+                               0, lay);
   }, rng);
   emu::launch(cdiv(L, kBwdQM), bh, kTcThreads, 4 * kBwdQN * (D + 8) * 2, [&] {
-    flash_bwd_dq_tc<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (float)scale, sl2, vec, 0);
+    flash_bwd_dq_tc<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (float)scale, sl2, vec, 0,
+                             lay);
   }, rng);
   // The fused backward (dQ through float32 atomics), its results written last.
-  T *dq_f = aligned<T>(nq), *dk_f = aligned<T>(nk), *dv_f = aligned<T>(nk);
+  const size_t nq = (size_t)bh * L * E;
   float* dq_acc = aligned<float>(nq);
   for (size_t i = 0; i < nq; ++i) dq_acc[i] = 0.f;
   const size_t fused_smem = dkdv_smem + kBwdKM * (kBwdKN + 8) * 2;
   emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, fused_smem, [&] {
-    flash_bwd_fused_tc<T, D, C>(q, k, v, dout, lse, dvec, dk_f, dv_f, dq_acc, L, S, E,
-                                (float)scale, sl2, vec, 0);
+    flash_bwd_fused_tc<T, D, C>(q, k, v, dout, lse, dvec, dk_f.ptr(), dv_f.ptr(), dq_acc, L, S, E,
+                                (float)scale, sl2, vec, 0, lay);
   }, rng);
-  emu::launch(3, 1, 64, 0, [&] { attn_dq_finish<T>(dq_acc, dq_f, (int64)nq, (float)scale); }, rng);
+  emu::launch(3, 1, 64, 0, [&] {
+    attn_dq_finish<T>(dq_acc, dq_f.ptr(), (int64)bh * L, L, E, (float)scale, lay);
+  }, rng);
 #else
   emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (3 * D + 1) * sizeof(T), [&] {
-    flash_fwd_simt<T, D, C>(q, k, v, out, lse, L, S, E, (T)scale, 0);
+    flash_fwd_simt<T, D, C>(q, k, v, out, lse, L, S, E, (T)scale, 0, lay);
   }, rng);
   emu::launch(cdiv(bh * L, 8), 1, 256, 0,
-              [&] { attn_row_dot<T, LT>(dout, out, dvec, (int64)bh * L, E); }, rng);
+              [&] { attn_row_dot<T, LT>(dout, out, dvec, (int64)bh * L, L, E, lay); }, rng);
   emu::launch(cdiv(S, kSimtB), bh, kSimtThreads, kSimtB * (4 * D + 2) * sizeof(T), [&] {
-    flash_bwd_dkdv_simt<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (T)scale, 0);
+    flash_bwd_dkdv_simt<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (T)scale, 0, lay);
   }, rng);
   emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (4 * D + 2) * sizeof(T), [&] {
-    flash_bwd_dq_simt<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (T)scale, 0);
+    flash_bwd_dq_simt<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (T)scale, 0, lay);
   }, rng);
 #endif
-  // Decode: query row 0 of each (batch, head) over all S cache rows, in splits of 16 rows.
+  // Decode (contiguous operands): query row 0 of each (batch, head) over all S rows of dense
+  // copies of k and v, in splits of 16 rows.
   typedef typename acc_type<T>::type A;
   T* q0 = aligned<T>((size_t)bh * E);
-  for (int b = 0; b < bh; ++b)
-    for (int e = 0; e < E; ++e) q0[(size_t)b * E + e] = q[(size_t)b * L * E + e];
+  T *kc = aligned<T>((size_t)bh * S * E), *vc = aligned<T>((size_t)bh * S * E);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int e = 0; e < E; ++e) {
+        q0[(size_t)(b * H + h) * E + e] = x.q.at(b, h, 0, e);
+        for (int j = 0; j < S; ++j) {
+          kc[((size_t)(b * H + h) * S + j) * E + e] = x.k.at(b, h, j, e);
+          vc[((size_t)(b * H + h) * S + j) * E + e] = x.v.at(b, h, j, e);
+        }
+      }
   const int chunk = 16, splits = (int)cdiv(S, chunk);
   A *pm = aligned<A>((size_t)bh * splits), *pl = aligned<A>((size_t)bh * splits);
   A* po = aligned<A>((size_t)bh * splits * D);
   T* dec = aligned<T>((size_t)bh * E);
   emu::launch(splits, bh, kDecodeThreads, 0, [&] {
-    decode_partial<T, A, D>(q0, k, v, pm, pl, po, S, S, chunk, E, (A)scale);
+    decode_partial<T, A, D>(q0, kc, vc, pm, pl, po, S, S, chunk, E, (A)scale);
   }, rng);
   emu::launch(bh, 1, kDecodeThreads, 0,
               [&] { decode_combine<T, A>(pm, pl, po, dec, splits, D, E); }, rng);
   FILE* o = std::fopen(argv[2], "wb");
-  std::fwrite(out, sizeof(T), nq, o);
+  std::fwrite(x.out.buf, sizeof(T), x.out.size, o);
   std::fwrite(lse, sizeof(LT), (size_t)bh * L, o);
-  std::fwrite(dq, sizeof(T), nq, o);
-  std::fwrite(dk, sizeof(T), nk, o);
-  std::fwrite(dv, sizeof(T), nk, o);
+  std::fwrite(x.dq.buf, sizeof(T), x.dq.size, o);
+  std::fwrite(x.dk.buf, sizeof(T), x.dk.size, o);
+  std::fwrite(x.dv.buf, sizeof(T), x.dv.size, o);
   std::fwrite(dec, sizeof(T), (size_t)bh * E, o);
 #if EMU_TC
-  std::fwrite(out16, sizeof(T), nq, o);
+  std::fwrite(out16.buf, sizeof(T), out16.size, o);
   std::fwrite(lse16, sizeof(LT), (size_t)bh * L, o);
-  std::fwrite(dq_f, sizeof(T), nq, o);
-  std::fwrite(dk_f, sizeof(T), nk, o);
-  std::fwrite(dv_f, sizeof(T), nk, o);
+  std::fwrite(dq_f.buf, sizeof(T), dq_f.size, o);
+  std::fwrite(dk_f.buf, sizeof(T), dk_f.size, o);
+  std::fwrite(dv_f.buf, sizeof(T), dv_f.size, o);
 #endif
   std::fclose(o);
   return 0;
 }
 """
 
+
+# --- operands placed in strided buffers, for the emulator harnesses -----------------------------
+
+
+class Placed:
+    """A (B, H, rows, E) view into a flat buffer of ``size`` elements: the first element at
+    ``offset``, batch / head / row strides ``strides`` (elements, any sign); the other elements
+    of the buffer are NaN."""
+
+    def __init__(self, shape, size, offset, strides):
+        self.shape, self.size, self.offset, self.strides = shape, size, offset, strides
+
+    def args(self):
+        return [self.size, self.offset, *self.strides]
+
+    def index(self):
+        """Flat buffer index of every element of the view, shape (B, H, rows, E)."""
+        b, h, r, e = (np.arange(n) for n in self.shape)
+        sb, sh, st = self.strides
+        return (self.offset + b[:, None, None, None] * sb + h[None, :, None, None] * sh
+                + r[None, None, :, None] * st + e[None, None, None, :])
+
+    def buffer(self, values, np_dtype):
+        """The buffer holding ``values`` in the view and NaN elsewhere."""
+        buf = np.full(self.size, np.nan).astype(np_dtype)
+        buf[self.index()] = np.asarray(values).astype(np_dtype)
+        return buf
+
+    def view(self, buf):
+        """(values of the view, values of the rest of the buffer)."""
+        idx = self.index()
+        rest = np.ones(self.size, bool)
+        rest[idx.ravel()] = False
+        return buf[idx], buf[rest]
+
+
+def place(kind, shape, slot=0):
+    """A placement of a (B, H, rows, E) operand:
+
+    ``dense``    contiguous (B, H, rows, E);
+    ``packed``   slot ``slot`` of a packed (B, rows, 3, H, E) projection (packed_attention's q,
+                 k, v and gradients);
+    ``merged``   a (B, rows, H, E) buffer viewed as (B, H, rows, E) (packed_attention's out);
+    ``padded``   rows E + 3 apart, heads and batches with an element of slack between them, the
+                 view one element into its buffer (nothing 16-byte aligned: element copies);
+    ``reversed`` a dense buffer read with the heads and rows in reverse (negative strides).
+    """
+    b, h, r, e = shape
+    if kind == "dense":
+        return Placed(shape, b * h * r * e, 0, (h * r * e, r * e, e))
+    if kind == "packed":
+        return Placed(shape, b * r * 3 * h * e, slot * h * e, (r * 3 * h * e, e, 3 * h * e))
+    if kind == "merged":
+        return Placed(shape, b * r * h * e, 0, (r * h * e, e, h * e))
+    if kind == "padded":
+        sh = r * (e + 3) + 1
+        sb = h * sh + 2
+        return Placed(shape, 1 + b * sb, 1, (sb, sh, e + 3))
+    if kind == "reversed":
+        return Placed(shape, b * h * r * e, (h - 1) * r * e + (r - 1) * e, (h * r * e, -r * e, -e))
+    raise ValueError(kind)
+
+
+#: Placements of (q, k, v, dout, out, dq, dk, dv) per scheme.
+LAYOUTS = {
+    "dense": [("dense", 0)] * 8,
+    # packed_attention: q, k, v and the gradients in the slots of (B, T, 3, H, E) buffers, out
+    # and its gradient (B, T, H, E)
+    "packed": [("packed", 0), ("packed", 1), ("packed", 2), ("merged", 0), ("merged", 0),
+               ("packed", 0), ("packed", 1), ("packed", 2)],
+    "mixed": [("reversed", 0), ("padded", 0), ("packed", 2), ("padded", 0), ("padded", 0),
+              ("reversed", 0), ("merged", 0), ("packed", 1)],
+    "reversed": [("reversed", 0)] * 8,
+}
+
+
+def placements(scheme, b, h, n_q, n_k, e):
+    rows = [n_q, n_k, n_k, n_q, n_q, n_q, n_k, n_k]
+    return [place(kind, (b, h, r, e), slot)
+            for (kind, slot), r in zip(LAYOUTS[scheme], rows, strict=True)]
+
+
+def vec_flag(placed, e, itemsize):
+    """1 when the kernels may copy rows in 16-byte pieces (the host's rule): whole 16-byte rows
+    and 16-byte aligned first elements and strides of q, k, v and dout (buffers 256-aligned)."""
+    if e * itemsize % 16:
+        return 0
+    for p in placed[:4]:
+        stepped = [s for s, n in zip(p.strides, p.shape[:3], strict=True) if n > 1]
+        if any(x * itemsize % 16 for x in (p.offset, *stepped)):
+            return 0
+    return 1
+
+
+def emulator_io(placed, inputs, dtype):
+    """The input file's bytes (q, k, v, dout buffers) for logical ``inputs``."""
+    return b"".join(p.buffer(a, NP_DTYPE[dtype]).tobytes()
+                    for p, a in zip(placed[:4], inputs, strict=True))
+
+
+def read_results(raw, offset, placed, np_dtype, what):
+    """The view of each placed operand from consecutive buffers in ``raw`` (float64), after
+    checking that nothing outside the views was written (still NaN)."""
+    got = []
+    for p, name in zip(placed, what, strict=True):
+        buf = np.frombuffer(raw, np_dtype, p.size, offset).astype(np.float64)
+        offset += p.size * np.dtype(np_dtype).itemsize
+        inside, rest = p.view(buf)
+        assert np.all(np.isnan(rest)), f"{name}: written outside its view"
+        got.append(inside)
+    return got, offset
+
+
 # (name, C++ type, padded head dim, causal, tensor cores) and the runs of each build:
-# (dtype, batch*heads, L, S, E)
+# (dtype, B, H, L, S, E, layout scheme)
 EMULATED = [
     (
         ("bf16_64_causal", "ignis::bfloat16", 64, 1, 1),
         # (200, 200): causal tiles wholly below the diagonal skip the mask
-        [("bfloat16", 2, 130, 70, 64), ("bfloat16", 1, 17, 40, 17), ("bfloat16", 1, 200, 200, 64)],
+        [("bfloat16", 1, 2, 130, 70, 64, "dense"), ("bfloat16", 1, 1, 17, 40, 17, "dense"),
+         ("bfloat16", 1, 1, 200, 200, 64, "dense"),
+         # strided views: 16-byte copies through the strides, then element copies
+         ("bfloat16", 2, 3, 33, 33, 64, "packed"), ("bfloat16", 2, 2, 31, 40, 40, "mixed")],
     ),
-    (("f16_96", "ignis::float16", 96, 0, 1), [("float16", 2, 33, 100, 80)]),
-    (("bf16_128_causal", "ignis::bfloat16", 128, 1, 1), [("bfloat16", 1, 70, 100, 128)]),
+    (("f16_96", "ignis::float16", 96, 0, 1),
+     [("float16", 1, 2, 33, 100, 80, "dense"), ("float16", 2, 2, 33, 33, 96, "packed")]),
+    (("bf16_128_causal", "ignis::bfloat16", 128, 1, 1),
+     [("bfloat16", 1, 1, 70, 100, 128, "dense"), ("bfloat16", 2, 2, 1, 1, 128, "reversed")]),
     (
         ("f32_64_causal", "float", 64, 1, 0),
-        [("float32", 2, 45, 100, 50), ("float32", 1, 40, 9, 64)],
+        [("float32", 1, 2, 45, 100, 50, "dense"), ("float32", 1, 1, 40, 9, 64, "dense"),
+         ("float32", 2, 3, 33, 33, 64, "packed"), ("float32", 2, 2, 31, 20, 33, "mixed")],
     ),
-    (("f64_32", "double", 32, 0, 0), [("float64", 1, 33, 31, 32)]),
+    (("f64_32", "double", 32, 0, 0),
+     [("float64", 1, 1, 33, 31, 32, "dense"), ("float64", 3, 2, 31, 31, 32, "reversed")]),
 ]
 
 
@@ -670,63 +1120,68 @@ def emulator(tmp_path_factory):
 def test_kernels_on_the_host_emulator(emulator, tmp_path, build, runs):
     name, ctype, dim, causal, tc = build
     exe = emulator.build(name, EMU_T=ctype, EMU_D=dim, EMU_CAUSAL=causal, EMU_TC=tc)
-    for dtype, bh, n_q, n_k, e in runs:
+    for dtype, b, h, n_q, n_k, e, scheme in runs:
         assert e <= dim
-        run_emulated(exe, tmp_path, name, causal, tc, dtype, bh, n_q, n_k, e)
+        run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, scheme)
 
 
-def run_emulated(exe, tmp_path, name, causal, tc, dtype, bh, n_q, n_k, e):
-    """Run one harness build on random inputs and compare every output with the reference."""
+def test_layout_schemes_exercise_both_copy_paths():
+    # The strided runs above cover 16-byte copies through strides and element copies.
+    assert vec_flag(placements("packed", 2, 3, 33, 33, 64), 64, 2) == 1
+    assert vec_flag(placements("reversed", 2, 2, 1, 1, 128), 128, 2) == 1
+    assert vec_flag(placements("mixed", 2, 2, 31, 40, 40), 40, 2) == 0
+    # placement arithmetic: the views of a packed buffer are disjoint and cover it
+    slots = [place("packed", (2, 3, 5, 8), s).index().ravel() for s in range(3)]
+    assert sorted(np.concatenate(slots)) == list(range(2 * 5 * 3 * 3 * 8))
+
+
+def run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, scheme="dense"):
+    """Run one harness build on random inputs in the placements of ``scheme`` and compare every
+    output with the reference."""
     rng = np.random.default_rng(n_q * 1000 + n_k)
-    shapes = [(bh, n_q, e), (bh, n_k, e), (bh, n_k, e), (bh, n_q, e)]
+    shapes = [(b, h, n_q, e), (b, h, n_k, e), (b, h, n_k, e), (b, h, n_q, e)]
     q, k, v, g = (rounded(rng.standard_normal(s), dtype) for s in shapes)
+    placed = placements(scheme, b, h, n_q, n_k, e)
     inp, outp = tmp_path / "in.bin", tmp_path / "out.bin"
-    inp.write_bytes(b"".join(a.astype(NP_DTYPE[dtype]).tobytes() for a in (q, k, v, g)))
+    inp.write_bytes(emulator_io(placed, (q, k, v, g), dtype))
     scale = 1 / math.sqrt(e)
-    tc_emulator.run(exe, [inp, outp, bh, n_q, n_k, e, repr(scale)], f"{name} {dtype}")
+    vec = vec_flag(placed, e, np.dtype(NP_DTYPE[dtype]).itemsize)
+    ops = [x for p in placed for x in p.args()]
+    what = f"{name} {dtype} {scheme} {(b, h, n_q, n_k, e)}"
+    tc_emulator.run(exe, [inp, outp, b, h, n_q, n_k, e, repr(scale), vec, *ops], what)
     raw = outp.read_bytes()
+    t = NP_DTYPE[dtype]
     stat = np.float64 if dtype == "float64" else np.float32
-    parts, offset = [], 0
-    for t, shape in (
-        (NP_DTYPE[dtype], shapes[0]),
-        (stat, shapes[0][:2]),
-        (NP_DTYPE[dtype], shapes[0]),
-        (NP_DTYPE[dtype], shapes[1]),
-        (NP_DTYPE[dtype], shapes[1]),
-        (NP_DTYPE[dtype], (bh, 1, e)),
-        # the tensor-core builds also write the 16-rows-per-warp forward's out and lse and
-        # the fused backward's dq, dk, dv
-        *(
-            (
-                (NP_DTYPE[dtype], shapes[0]),
-                (stat, shapes[0][:2]),
-                (NP_DTYPE[dtype], shapes[0]),
-                (NP_DTYPE[dtype], shapes[1]),
-                (NP_DTYPE[dtype], shapes[1]),
-            )
-            if tc
-            else ()
-        ),
-    ):
-        n = int(np.prod(shape))
-        parts.append(np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(shape))
-        offset += n * np.dtype(t).itemsize
-    assert offset == len(raw)
-    out, lse, dq, dk, dv, dec = parts[:6]
+
+    def stats(offset):  # lse or its 16-rows-per-warp twin, and the offset after it
+        n = b * h * n_q
+        got = np.frombuffer(raw, stat, n, offset).astype(np.float64).reshape(b, h, n_q)
+        return got, offset + n * np.dtype(stat).itemsize
+
+    (out,), offset = read_results(raw, 0, placed[4:5], t, ["out"])
+    lse, offset = stats(offset)
+    (dq, dk, dv), offset = read_results(raw, offset, placed[5:], t, ["dq", "dk", "dv"])
+    n = b * h * e
+    dec = np.frombuffer(raw, t, n, offset).astype(np.float64).reshape(b, h, 1, e)
+    offset += n * np.dtype(t).itemsize
     want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
     stat_dtype = "float64" if dtype == "float64" else "float32"
-    assert_close(out, want_out, dtype, f"{name} out")
-    assert_close(lse, want_lse, stat_dtype, f"{name} lse")
+    assert_close(out, want_out, dtype, f"{what} out")
+    assert_close(lse, want_lse, stat_dtype, f"{what} lse")
     if tc:
-        out16, lse16, *fused = parts[6:]
-        assert_close(out16, want_out, dtype, f"{name} out (16 rows per warp)")
-        assert_close(lse16, want_lse, stat_dtype, f"{name} lse (16 rows per warp)")
-        for what, got, want in zip(("dq", "dk", "dv"), fused, grads, strict=True):
-            assert_close(got, want, dtype, f"{name} {what} (fused backward)")
-    for what, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
-        assert_close(got, want, dtype, f"{name} {what}")
-    want_dec = ref_attention(q[:, :1], k, v, False, scale)[0]
-    assert_close(dec, want_dec, dtype, f"{name} decode")
+        # the 16-rows-per-warp forward's out and lse and the fused backward's dq, dk, dv
+        (out16,), offset = read_results(raw, offset, placed[4:5], t, ["out (16 rows per warp)"])
+        lse16, offset = stats(offset)
+        fused, offset = read_results(raw, offset, placed[5:], t, ["fused dq", "dk", "dv"])
+        assert_close(out16, want_out, dtype, f"{what} out (16 rows per warp)")
+        assert_close(lse16, want_lse, stat_dtype, f"{what} lse (16 rows per warp)")
+        for name_, got, want in zip(("dq", "dk", "dv"), fused, grads, strict=True):
+            assert_close(got, want, dtype, f"{what} {name_} (fused backward)")
+    assert offset == len(raw)
+    for name_, got, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
+        assert_close(got, want, dtype, f"{what} {name_}")
+    want_dec = ref_attention(q[:, :, :1], k, v, False, scale)[0]
+    assert_close(dec, want_dec, dtype, f"{what} decode")
 
 
 # The comparisons can fail: a wrong tensor-core primitive (a fault built into the emulator, see
@@ -738,4 +1193,40 @@ def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault):
     exe = emulator.build(f"bf16_64_causal_fault{fault}", EMU_T="ignis::bfloat16", EMU_D=64,
                          EMU_CAUSAL=1, EMU_TC=1, EMU_FAULT=fault)
     with pytest.raises(AssertionError, match=r"max error|pattern differs|emulator: "):
-        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 1, 17, 40, 17)
+        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 1, 1, 17, 40, 17)
+
+
+# A kernel that gets the strides wrong is caught: faults in the index arithmetic of the strided
+# operands, built into a copy of attention.cu.
+# fault -> (text, replacement, layout scheme that tells them apart)
+STRIDE_FAULTS = {
+    # every head of a batch taken as the batch's first
+    "head_offset": ("return (int64)b * s.sb + (int64)h * s.sh;", "return (int64)b * s.sb;",
+                    "packed"),
+    # the rows of q read as if dense (row stride E)
+    "q_rows": ("load_tile16<T, BM, D, LD, kTcThreads>(qs, q + head_offset(lay.q, bh, lay.heads), "
+               "m0, L, E,\n                                        lay.q.st, vec16);",
+               "load_tile16<T, BM, D, LD, kTcThreads>(qs, q + head_offset(lay.q, bh, lay.heads), "
+               "m0, L, E,\n                                        E, vec16);", "packed"),
+    # dK written with dV's row stride (equal in the packed layout, not in the mixed one)
+    "dk_rows": ("dka, n0 + wk, S, E, lay.dk.st, scale,", "dka, n0 + wk, S, E, lay.dv.st, scale,",
+                "mixed"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(STRIDE_FAULTS))
+def test_a_stride_fault_is_caught(tmp_path, fault):
+    import shutil
+
+    src = tmp_path / "cuda_src"
+    shutil.copytree(_sources.cuda_src_dir(), src)
+    old, new, scheme = STRIDE_FAULTS[fault]
+    text = (src / "attention.cu").read_text()
+    assert text.count(old) == 1, fault
+    (src / "attention.cu").write_text(text.replace(old, new))
+    builder = tc_emulator.Builder(tmp_path, "attn", ATTN_PART, cuda_src=src)
+    exe = builder.build("bf16_64_causal", EMU_T="ignis::bfloat16", EMU_D=64, EMU_CAUSAL=1, EMU_TC=1)
+    # (a wrong result, a write outside the view, or a write outside the buffer that kills the
+    # emulator: every failure message of the run names it)
+    with pytest.raises(AssertionError, match=f"bf16_64_causal bfloat16 {scheme}"):
+        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 2, 3, 33, 33, 64, scheme)

@@ -1,7 +1,9 @@
 """The scalar (float32 / float64) attention kernels: the register-tiled ones
-(``flash_*_simt_tiled``) and the first ones (``flash_*_simt``), against a NumPy float64
-reference. On the GPU every case runs both families (``SIMT_TILED`` True and False); without a
-GPU the tiled kernels run on the host emulator of ``test_nn_attention`` and compile for sm_90."""
+(``flash_*_simt_tiled``, with the two-pass and the fused backward) and the first ones
+(``flash_*_simt``), against a NumPy float64 reference. On the GPU every case runs both families
+(``SIMT_TILED`` True and False) and the tiled backward both ways (``SIMT_FUSED_DQ`` True and
+False); without a GPU the tiled kernels run on the host emulator of ``test_nn_attention`` and
+compile for sm_90."""
 
 from __future__ import annotations
 
@@ -12,7 +14,19 @@ import numpy as np
 import pytest
 import tc_emulator
 from ignis._array._cuda_backend import attention as cuda_attention
-from test_nn_attention import _i32, _u64, ref_attention
+from test_nn_attention import (
+    OPERANDS_CPP,
+    _heads,
+    _i32,
+    _packed,
+    _u64,
+    assert_known_param_types,
+    emulator_io,
+    placements,
+    read_results,
+    ref_attention,
+    vec_flag,
+)
 from test_nn_attention import fake as fake  # noqa: F401 (the fixture, used by name)
 
 import ignis
@@ -72,6 +86,36 @@ def test_switch_selects_the_family(tiled, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_backward_names(dtype, monkeypatch):
+    t = {"float32": "float", "float64": "double"}[dtype]
+    a, b, st, minb = cuda_attention.SIMT_TILES[(dtype, 64)]["fused"]
+    tiled = cuda_attention.tiled_kernel_names(dtype, 33, True)
+    assert tiled["fused"] == (
+        f"ignis::attn::flash_bwd_fused_simt_tiled<{t}, 64, true, {a}, {b}, {st}, {minb}>"
+    )
+    # the sums are kept in the dtype itself: float64 gradients are summed in float64
+    assert tiled["dq_finish"] == f"ignis::attn::attn_dq_finish<{t}, {t}>"
+    for switch in (True, False):  # offered whichever scalar family SIMT_TILED selects
+        monkeypatch.setattr(cuda_attention, "SIMT_TILED", switch)
+        names = cuda_attention.kernel_names(dtype, 33, True)
+        assert (names["bwd_fused"], names["dq_finish"]) == (tiled["fused"], tiled["dq_finish"])
+    # the 16-bit fused backward keeps its float32 sums (the default accumulator type)
+    assert cuda_attention.kernel_names("bfloat16", 64, False)["dq_finish"] == (
+        "ignis::attn::attn_dq_finish<ignis::bfloat16>"
+    )
+
+
+def test_fused_shared_memory_adds_the_ds_tile():
+    # float32, head dim 64, fused: the dK/dV kernel's tiles plus dS (32 queries x 68)
+    a, b, st, _ = cuda_attention.SIMT_TILES[("float32", 64)]["fused"]
+    assert (a, b) == (64, 32)
+    dkdv = (2 * 64 * 68 + 2 * st * 32 * 68 + 2 * 64 * 36 + 2 * st * 32) * 4
+    assert cuda_attention.tiled_smem("float32", 64, "fused") == dkdv + 32 * 68 * 4
+    if cuda_attention.SIMT_TILES[("float32", 64)]["dkdv"] == (a, b, st, 2):
+        assert cuda_attention.tiled_smem("float32", 64, "dkdv") == dkdv
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_tiled_shared_memory_fits_sm80_and_sm90(dtype):
     # sm_80 lets a block opt in to 163 KiB, sm_90 to 227 KiB; with MINB = 2, two blocks must fit.
     for d in (64, 128):
@@ -100,12 +144,7 @@ def test_every_tiled_instantiation_compiles(dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_tiled_kernel_parameters_have_known_types(dtype):
-    from ignis._signature import parse_kernel_params
-
-    src = _sources.read_source("attention.cu")
-    for name in cuda_attention.tiled_kernel_names(dtype, 100, False).values():
-        params = parse_kernel_params(src, name)
-        assert params and all(p.kind in ("pointer", "int", "float") for p in params), (name, params)
+    assert_known_param_types(cuda_attention.tiled_kernel_names(dtype, 100, False).values())
 
 
 # --- launches over the fake driver of tests/ignis/runtime (no GPU needed) ------------------------
@@ -116,6 +155,7 @@ def test_tiled_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F
     import struct
 
     monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
+    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", False)
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
     t = {"float32": "float", "float64": "double"}[dtype]
@@ -147,15 +187,76 @@ def test_tiled_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F
     assert struct.unpack(fmt, dkdv_args[11])[0] == 0.5  # scale, then scale * log2(e)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_backward_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F811
+    import struct
+
+    monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
+    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", True)
+    b, h, n_q, n_k, e = 2, 3, 100, 70, 80
+    t = {"float32": "float", "float64": "double"}[dtype]
+    item, fmt = (8, "<d") if dtype == "float64" else (4, "<f")
+    # dq, dk, dv in the slots of one (B, T, 3, H, E) gradient: strided, written in place
+    q = ignis.empty((b, h, n_q, e), dtype=dtype, device="cuda:0")
+    k = ignis.empty((b, h, n_k, e), dtype=dtype, device="cuda:0")
+    out = ignis.empty((b, h, n_q, e), dtype=dtype, device="cuda:0")
+    lse = ignis.empty((b, h, n_q), dtype=dtype, device="cuda:0")
+    grad = ignis.empty((b, n_q, 3, h, e), dtype=dtype, device="cuda:0")
+    dq = grad[:, :, 0].permute(0, 2, 1, 3)
+    dk = ignis.empty((b, h, n_k, e), dtype=dtype, device="cuda:0")
+    dv = ignis.empty((b, h, n_k, e), dtype=dtype, device="cuda:0")
+    fake.launches.clear()
+    fake.calls.clear()
+    ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5, dq=dq, dk=dk, dv=dv)
+    names = [n for n, *_ in fake.launches]
+    a, bn, st, minb = cuda_attention.SIMT_TILES[(dtype, 128)]["fused"]
+    fused_name = f"ignis::attn::flash_bwd_fused_simt_tiled<{t}, 128, true, {a}, {bn}, {st}, {minb}>"
+    assert names[0].startswith("ignis::attn::attn_row_dot<")
+    assert names[1:] == [fused_name, f"ignis::attn::attn_dq_finish<{t}, {t}>"]
+    (_, grid, block, _, args), (_, fgrid, fblock, _, fin) = fake.launches[1:]
+    assert grid == (-(-n_k // a), b * h, 1) and block == (256, 1, 1)
+    assert [_u64(x) for x in args[6:8]] == [dk.data_ptr, dv.data_ptr]
+    acc = _u64(args[8])  # the dQ sums: a scratch buffer of the input dtype, zeroed first
+    assert acc not in (q.data_ptr, k.data_ptr, out.data_ptr, dq.data_ptr, dk.data_ptr)
+    zeroed = [c for c in fake.calls["cuMemsetD32Async"] if int(c[0]) == acc]
+    assert [(int(c[1]), int(c[2])) for c in zeroed] == [(0, b * h * n_q * e * item // 4)]
+    assert [_i32(x) for x in args[9:12]] == [n_q, n_k, e]
+    assert struct.unpack(fmt, args[12])[0] == 0.5
+    assert struct.unpack(fmt, args[13])[0] == pytest.approx(0.5 * 1.4426950408889634, rel=1e-7)
+    assert (fused_name, cuda_attention.tiled_smem(dtype, e, "fused")) in fake.optin
+    # the finish: the sums scaled (in the dtype) into dq's strided rows
+    assert _u64(fin[0]) == acc and _u64(fin[1]) == dq.data_ptr
+    assert fblock == (256, 1, 1) and fgrid == (-(-(b * h * n_q) // 8), 1, 1)
+    assert int.from_bytes(fin[2], "little") == b * h * n_q and [_i32(x) for x in fin[3:5]] == [
+        n_q,
+        e,
+    ]
+    assert struct.unpack(fmt, fin[5])[0] == 0.5
+    lay = cuda_attention.LAYOUT.unpack(fin[-1])
+    assert lay[16:19] == (n_q * 3 * h * e, e, 3 * h * e)  # dq's (batch, head, row) strides
+
+
 # --- the tiled kernels on the host emulator (no GPU needed) ---------------------------------------
 
-_EMU_PART = r"""
+_EMU_PART = (
+    r"""
 // The register-tiled scalar attention kernels of attention.cu on the emulator of tc_emulator.py.
 // Build: -DEMU_T=<float|double> -DEMU_D=<64|128> -DEMU_CAUSAL=<0|1> and the tiles
-//        -D{FWD,KV,DQ}_{A,B,ST} (rows per block, rows per streamed tile, stages)
-// Run:   emulator <in> <out> bh L S E scale vec smem_fwd smem_kv smem_q   (input: q, k, v, dout;
-//        output: out, lse, dq, dk, dv, all raw little-endian)
+//        -D{FWD,KV,DQ,FU}_{A,B,ST} (rows per block, rows per streamed tile, stages)
+// Run:   emulator <in> <out> B H L S E scale vec fused smem_fwd smem_kv smem_q <operands: 8 x 5>
+//        (operands as in test_nn_attention.OPERANDS_CPP; input: the q, k, v, dout buffers;
+//        output: the out buffer, lse, the dq, dk, dv buffers, all raw little-endian).
+//        fused 0: the dK/dV and dQ passes; 1: the fused pass (smem_kv its shared memory) into a
+//        zero-filled dQ accumulator, then attn_dq_finish.
 #define IGNIS_ATTN_HOST_EMULATION 1
+
+// Threads run one at a time (they switch only at barriers and warp-collective operations): an
+// atomic add is a plain add. (The prelude has the float one.)
+inline double atomicAdd(double* p, double v) {
+  const double old = *p;
+  *p = old + v;
+  return old;
+}
 
 namespace ignis {
 namespace attn {
@@ -167,33 +268,26 @@ inline void require_smem(unsigned bytes) {
 }  // namespace ignis
 
 #include "attention.cu"
-
-template <class P> P* aligned(size_t n) {
-  return (P*)std::aligned_alloc(256, ((n * sizeof(P) + 255) / 256) * 256 + 256);
-}
-
+"""
+    + OPERANDS_CPP
+    + r"""
 int main(int argc, char** argv) {
   using namespace ignis;
   using namespace ignis::attn;
   typedef EMU_T T;
-  if (argc != 12) emu::die("usage: emulator <in> <out> bh L S E scale vec smem_fwd smem_kv smem_q");
-  const int bh = std::atoi(argv[3]), L = std::atoi(argv[4]), S = std::atoi(argv[5]);
-  const int E = std::atoi(argv[6]), vec = std::atoi(argv[8]);
-  const double scale = std::atof(argv[7]);
-  const size_t smem_fwd = std::atol(argv[9]), smem_kv = std::atol(argv[10]);
-  const size_t smem_q = std::atol(argv[11]);
-  const size_t nq = (size_t)bh * L * E, nk = (size_t)bh * S * E;
-  T *q = aligned<T>(nq), *k = aligned<T>(nk), *v = aligned<T>(nk), *dout = aligned<T>(nq);
-  FILE* in = std::fopen(argv[1], "rb");
-  if (!in || std::fread(q, sizeof(T), nq, in) != nq || std::fread(k, sizeof(T), nk, in) != nk ||
-      std::fread(v, sizeof(T), nk, in) != nk || std::fread(dout, sizeof(T), nq, in) != nq)
-    emu::die("short input");
-  std::fclose(in);
-  for (auto* p : {(const void*)q, (const void*)dout})
-    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nq * sizeof(T)});
-  for (auto* p : {(const void*)k, (const void*)v})
-    emu::readable.push_back({(const unsigned char*)p, (const unsigned char*)p + nk * sizeof(T)});
-  T *out = aligned<T>(nq), *dq = aligned<T>(nq), *dk = aligned<T>(nk), *dv = aligned<T>(nk);
+  if (argc != 14 + kOperandArgs) emu::die("usage: emulator <in> <out> B H L S E scale vec ...");
+  const int B = std::atoi(argv[3]), H = std::atoi(argv[4]), L = std::atoi(argv[5]);
+  const int S = std::atoi(argv[6]), E = std::atoi(argv[7]), vec = std::atoi(argv[9]);
+  const double scale = std::atof(argv[8]);
+  const bool fused = std::atoi(argv[10]) != 0;
+  const size_t smem_fwd = std::atol(argv[11]), smem_kv = std::atol(argv[12]);
+  const size_t smem_q = std::atol(argv[13]);
+  const int bh = B * H;
+  Operands<T> x(argv, 14);
+  x.read(argv[1]);
+  const Layout lay = x.layout(H);
+  T *q = x.q.ptr(), *k = x.k.ptr(), *v = x.v.ptr(), *dout = x.dout.ptr();
+  T *out = x.out.ptr(), *dq = x.dq.ptr(), *dk = x.dk.ptr(), *dv = x.dv.ptr();
   T *lse = aligned<T>((size_t)bh * L), *dvec = aligned<T>((size_t)bh * L);
   std::mt19937 rng(4321);
   constexpr int D = EMU_D;
@@ -202,39 +296,83 @@ int main(int argc, char** argv) {
   const T sl2 = (T)(scale * 1.4426950408889634);
   emu::launch(cdiv(L, FWD_A), bh, kTiledThreads, smem_fwd, [&] {
     flash_fwd_simt_tiled<T, D, C, FWD_A, FWD_B, FWD_ST, 1>(q, k, v, out, lse, L, S, E, sl2, vec,
-                                                          0);
+                                                          0, lay);
   }, rng);
   emu::launch(cdiv(bh * L, 8), 1, 256, 0,
-              [&] { attn_row_dot<T, T>(dout, out, dvec, (int64)bh * L, E); }, rng);
-  emu::launch(cdiv(S, KV_A), bh, kTiledThreads, smem_kv, [&] {
-    flash_bwd_dkdv_simt_tiled<T, D, C, KV_A, KV_B, KV_ST, 1>(q, k, v, dout, lse, dvec, dk, dv, L,
-                                                            S, E, (T)scale, sl2, vec, 0);
-  }, rng);
-  emu::launch(cdiv(L, DQ_A), bh, kTiledThreads, smem_q, [&] {
-    flash_bwd_dq_simt_tiled<T, D, C, DQ_A, DQ_B, DQ_ST, 1>(q, k, v, dout, lse, dvec, dq, L, S, E,
-                                                          (T)scale, sl2, vec, 0);
-  }, rng);
+              [&] { attn_row_dot<T, T>(dout, out, dvec, (int64)bh * L, L, E, lay); }, rng);
+  if (fused) {
+    const size_t n = (size_t)bh * L * E;
+    T* acc = aligned<T>(n);
+    for (size_t i = 0; i < n; ++i) acc[i] = T(0);
+    emu::launch(cdiv(S, FU_A), bh, kTiledThreads, smem_kv, [&] {
+      flash_bwd_fused_simt_tiled<T, D, C, FU_A, FU_B, FU_ST, 1>(
+          q, k, v, dout, lse, dvec, dk, dv, acc, L, S, E, (T)scale, sl2, vec, 0, lay);
+    }, rng);
+    emu::launch(cdiv(bh * L, 8), 1, 256, 0, [&] {
+      attn_dq_finish<T, T>(acc, dq, (int64)bh * L, L, E, (T)scale, lay);
+    }, rng);
+  } else {
+    emu::launch(cdiv(S, KV_A), bh, kTiledThreads, smem_kv, [&] {
+      flash_bwd_dkdv_simt_tiled<T, D, C, KV_A, KV_B, KV_ST, 1>(q, k, v, dout, lse, dvec, dk, dv,
+                                                              L, S, E, (T)scale, sl2, vec, 0, lay);
+    }, rng);
+    emu::launch(cdiv(L, DQ_A), bh, kTiledThreads, smem_q, [&] {
+      flash_bwd_dq_simt_tiled<T, D, C, DQ_A, DQ_B, DQ_ST, 1>(q, k, v, dout, lse, dvec, dq, L, S,
+                                                            E, (T)scale, sl2, vec, 0, lay);
+    }, rng);
+  }
   FILE* o = std::fopen(argv[2], "wb");
-  std::fwrite(out, sizeof(T), nq, o);
+  std::fwrite(x.out.buf, sizeof(T), x.out.size, o);
   std::fwrite(lse, sizeof(T), (size_t)bh * L, o);
-  std::fwrite(dq, sizeof(T), nq, o);
-  std::fwrite(dk, sizeof(T), nk, o);
-  std::fwrite(dv, sizeof(T), nk, o);
+  std::fwrite(x.dq.buf, sizeof(T), x.dq.size, o);
+  std::fwrite(x.dk.buf, sizeof(T), x.dk.size, o);
+  std::fwrite(x.dv.buf, sizeof(T), x.dv.size, o);
   std::fclose(o);
   return 0;
 }
 """
+)
 
-# (dtype, padded head dim, causal) and runs (batch*heads, L, S, E, vec): partial tiles on both
-# sides, L != S both ways (causal rows without keys when L > S), E below the padded head dim,
-# element copies (vec 0) and 16-byte asynchronous copies (vec 1), several tiles per block so
-# the double buffer turns over.
+# (dtype, padded head dim, causal) and runs (B, H, L, S, E, vec, layout scheme of
+# test_nn_attention.LAYOUTS): partial tiles on both sides, L != S both ways (causal rows without
+# keys when L > S), E below the padded head dim, element copies (vec 0) and 16-byte asynchronous
+# copies (vec 1), several tiles per block so the double buffer turns over, and strided operands
+# (heads of packed projections, padded rows, reversed heads and rows).
 EMULATED = [
-    (("float32", 64, 1), [(2, 70, 100, 48, 1), (1, 45, 9, 63, 0), (1, 130, 130, 64, 1)]),
-    (("float32", 64, 0), [(1, 33, 140, 17, 0), (2, 65, 7, 64, 1)]),
-    (("float32", 128, 1), [(1, 70, 100, 128, 1), (1, 40, 33, 100, 0)]),
-    (("float64", 64, 1), [(1, 50, 70, 64, 1), (1, 20, 17, 5, 0)]),
-    (("float64", 128, 0), [(1, 33, 40, 100, 1)]),
+    (
+        ("float32", 64, 1),
+        [
+            (1, 2, 70, 100, 48, 1, "dense"),
+            (1, 1, 45, 9, 63, 0, "dense"),
+            (1, 1, 130, 130, 64, 1, "dense"),
+            (2, 3, 40, 40, 64, 1, "packed"),
+        ],
+    ),
+    (
+        ("float32", 64, 0),
+        [
+            (1, 1, 33, 140, 17, 0, "dense"),
+            (1, 2, 65, 7, 64, 1, "dense"),
+            (2, 2, 31, 33, 36, 0, "mixed"),
+        ],
+    ),
+    (
+        ("float32", 128, 1),
+        [
+            (1, 1, 70, 100, 128, 1, "dense"),
+            (1, 1, 40, 33, 100, 0, "dense"),
+            (2, 2, 33, 33, 96, 1, "packed"),
+        ],
+    ),
+    (
+        ("float64", 64, 1),
+        [
+            (1, 1, 50, 70, 64, 1, "dense"),
+            (1, 1, 20, 17, 5, 0, "dense"),
+            (3, 2, 17, 17, 64, 1, "reversed"),
+        ],
+    ),
+    (("float64", 128, 0), [(1, 1, 33, 40, 100, 1, "dense"), (2, 2, 20, 31, 128, 0, "mixed")]),
 ]
 
 
@@ -247,7 +385,7 @@ def tiled_emulator(tmp_path_factory):
 def _build_tiled(emulator, dtype, dim, causal):
     ctype = {"float32": "float", "float64": "double"}[dtype]
     tiles = {}
-    for kind, prefix in (("fwd", "FWD"), ("dkdv", "KV"), ("dq", "DQ")):
+    for kind, prefix in (("fwd", "FWD"), ("dkdv", "KV"), ("dq", "DQ"), ("fused", "FU")):
         a, b, st, _ = cuda_attention.SIMT_TILES[(dtype, dim)][kind]
         tiles.update({f"{prefix}_A": a, f"{prefix}_B": b, f"{prefix}_ST": st})
     return emulator.build(
@@ -263,29 +401,43 @@ def test_tiled_kernels_on_the_host_emulator(tiled_emulator, tmp_path, build, run
         _run_case(exe, tmp_path, dtype, dim, causal, run)
 
 
-def _run_case(exe, tmp_path, dtype, dim, causal, run):
-    """One emulator run on random inputs, every output compared with the reference."""
-    bh, n_q, n_k, e, vec = run
+def _run_case(exe, tmp_path, dtype, dim, causal, run, fused=False):
+    """One emulator run on random inputs in strided placements, every output compared with the
+    reference (and nothing written outside the output views); ``fused``: the backward is the
+    fused pass and attn_dq_finish."""
+    b, h, n_q, n_k, e, vec, scheme = run
+    item = np.dtype(NP[dtype]).itemsize
     assert cuda_attention.tiled_head_dim(e) == dim
-    assert not vec or e * np.dtype(NP[dtype]).itemsize % 16 == 0
-    smem = [cuda_attention.tiled_smem(dtype, dim, kind) for kind in ("fwd", "dkdv", "dq")]
+    placed = placements(scheme, b, h, n_q, n_k, e)
+    # (element copies are always allowed; 16-byte copies only where the host would choose them)
+    assert not vec or vec_flag(placed, e, item), "16-byte copies of unaligned rows"
+    kinds = ("fwd", "fused" if fused else "dkdv", "dq")
+    smem = [cuda_attention.tiled_smem(dtype, dim, kind) for kind in kinds]
     rng = np.random.default_rng(n_q * 1000 + n_k + e)
-    shapes = [(bh, n_q, e), (bh, n_k, e), (bh, n_k, e), (bh, n_q, e)]
+    shapes = [(b, h, n_q, e), (b, h, n_k, e), (b, h, n_k, e), (b, h, n_q, e)]
     q, k, v, g = data(rng, shapes, dtype)
     inp, outp = tmp_path / "in.bin", tmp_path / "out.bin"
-    inp.write_bytes(b"".join(a.astype(NP[dtype]).tobytes() for a in (q, k, v, g)))
+    inp.write_bytes(emulator_io(placed, (q, k, v, g), dtype))
     scale = 1 / math.sqrt(e)
-    what = f"{dtype} D={dim} causal={causal} {run}"
-    tc_emulator.run(exe, [inp, outp, bh, n_q, n_k, e, repr(scale), vec, *smem], what)
-    raw, parts, offset = outp.read_bytes(), [], 0
-    for shape in (shapes[0], shapes[0][:2], shapes[0], shapes[1], shapes[1]):
-        n = int(np.prod(shape))
-        parts.append(np.frombuffer(raw, NP[dtype], n, offset).astype(np.float64).reshape(shape))
-        offset += n * np.dtype(NP[dtype]).itemsize
+    what = f"{dtype} D={dim} causal={causal} {run}" + (" fused" if fused else "")
+    ops = [x for p in placed for x in p.args()]
+    args = [inp, outp, b, h, n_q, n_k, e, repr(scale), vec, int(fused), *smem, *ops]
+    tc_emulator.run(exe, args, what)
+    raw = outp.read_bytes()
+    (out,), offset = read_results(raw, 0, placed[4:5], NP[dtype], [f"{what} out"])
+    n = b * h * n_q
+    lse = np.frombuffer(raw, NP[dtype], n, offset).astype(np.float64).reshape(b, h, n_q)
+    offset += n * item
+    grads, offset = read_results(
+        raw, offset, placed[5:], NP[dtype], [f"{what} {x}" for x in ("dq", "dk", "dv")]
+    )
     assert offset == len(raw)
-    want_out, want_lse, grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
+    want_out, want_lse, want_grads = ref_attention(q, k, v, bool(causal), scale, grad=g)
     for name, got, want in zip(
-        ("out", "lse", "dq", "dk", "dv"), parts, (want_out, want_lse, *grads), strict=True
+        ("out", "lse", "dq", "dk", "dv"),
+        (out, lse, *grads),
+        (want_out, want_lse, *want_grads),
+        strict=True,
     ):
         assert_close(got, want, dtype, f"{what} {name}")
 
@@ -320,7 +472,7 @@ def test_a_faulty_tiled_kernel_is_caught(tmp_path, fault):
     builder = tc_emulator.Builder(tmp_path, "attn_tiled", _EMU_PART, cuda_src=src)
     exe = _build_tiled(builder, "float32", 64, 1)
     with pytest.raises(AssertionError, match=r"max error|pattern differs"):
-        _run_case(exe, tmp_path, "float32", 64, 1, (1, 130, 130, 64, 1))
+        _run_case(exe, tmp_path, "float32", 64, 1, (1, 1, 130, 130, 64, 1, "dense"))
 
 
 # --- both families on the GPU ---------------------------------------------------------------------
@@ -416,3 +568,235 @@ def test_scalar_kernels_nan_inf_and_empty_on_gpu(tiled, monkeypatch):
     empty = ignis.asarray(np.zeros((1, 1, 0, 64), np.float32), device="cuda:0")
     out, lse = ignis.nn.attention(empty, k, k)
     assert out.shape == (1, 1, 0, 64) and lse.shape == (1, 1, 0)
+
+
+# --- the fused backward on the host emulator (no GPU needed) --------------------------------------
+
+
+def _fused_runs(dim):
+    """(B, H, L, S, E, vec, scheme): self-attention of T in {1, 31, 33, 100} on the packed
+    views of (B, T, 3, H, E) projections, at both head dims of the build; L != S both ways
+    (causal queries without keys when L > S) on mixed strided views with element copies and an
+    E that is not a multiple of 4 (scalar atomics)."""
+    small, full = (32, 64) if dim == 64 else (96, 128)
+    odd = 63 if dim == 64 else 99
+    return [
+        (2, 3, 1, 1, small, 1, "packed"),
+        (1, 2, 31, 31, small, 1, "packed"),
+        (2, 2, 33, 33, full, 1, "packed"),
+        (1, 1, 100, 100, full, 1, "packed"),
+        (1, 2, 33, 100, odd, 0, "mixed"),
+        (2, 1, 100, 31, full, 0, "mixed"),
+    ]
+
+
+FUSED_BUILDS = [(d, dim, c) for d in ("float32", "float64") for dim in (64, 128) for c in (0, 1)]
+
+
+@pytest.mark.parametrize("build", FUSED_BUILDS, ids=lambda b: "-".join(map(str, b)))
+def test_fused_backward_on_the_host_emulator(tiled_emulator, tmp_path, build):
+    dtype, dim, causal = build
+    exe = _build_tiled(tiled_emulator, dtype, dim, causal)
+    for run in _fused_runs(dim):
+        _run_case(exe, tmp_path, dtype, dim, causal, run, fused=True)
+
+
+# The fused emulator comparisons can fail: faults in its dQ path are caught. fault -> (text,
+# replacement, build (dtype, head dim, causal), run)
+FUSED_FAULTS = {
+    # dQ = dS V instead of dS K
+    "dq_operand": (
+        "tile_pv<T, CM, G, BN, LDQ, LD>(dqa, dss, ks, ty, tx);",
+        "tile_pv<T, CM, G, BN, LDQ, LD>(dqa, dss, vs, ty, tx);",
+        ("float32", 64, 0),
+        (1, 1, 33, 33, 64, 1, "dense"),
+    ),
+    # P instead of dS in the dQ tile
+    "dq_tile": (
+        "if constexpr (DQ) dss[qry * LDQ + key] = ds;",
+        "if constexpr (DQ) dss[qry * LDQ + key] = p;",
+        ("float64", 128, 1),
+        (1, 1, 31, 31, 96, 1, "packed"),
+    ),
+    # the first query that sees a key block's first key left out of its dQ sums
+    "dq_first_row": (
+        "tile_atomic_add<T, CM, G>(dqb, dqa, m0, q_first, L, E, vec4, ty, tx);",
+        "tile_atomic_add<T, CM, G>(dqb, dqa, m0, q_first + 1, L, E, vec4, ty, tx);",
+        ("float32", 64, 1),
+        (1, 1, 100, 100, 64, 1, "dense"),
+    ),
+    # the last column of the scalar atomics (E not a multiple of 4) left out
+    "dq_tail": (
+        "if (col + w < E) atomicAdd(dst + col + w, a[w]);",
+        "if (col + w < E - 1) atomicAdd(dst + col + w, a[w]);",
+        ("float32", 64, 0),
+        (1, 2, 33, 100, 63, 0, "mixed"),
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FUSED_FAULTS))
+def test_a_faulty_fused_backward_is_caught(tmp_path, fault):
+    import shutil
+
+    src = tmp_path / "cuda_src"
+    shutil.copytree(_sources.cuda_src_dir(), src)
+    old, new, (dtype, dim, causal), run = FUSED_FAULTS[fault]
+    text = (src / "attention.cu").read_text()
+    assert text.count(old) == 1, fault
+    (src / "attention.cu").write_text(text.replace(old, new))
+    builder = tc_emulator.Builder(tmp_path, "attn_tiled", _EMU_PART, cuda_src=src)
+    exe = _build_tiled(builder, dtype, dim, causal)
+    with pytest.raises(AssertionError, match=r"dq: max error"):
+        _run_case(exe, tmp_path, dtype, dim, causal, run, fused=True)
+    _run_case(exe, tmp_path, dtype, dim, causal, run, fused=False)  # (the two passes: intact)
+
+
+def _ptxas_report(names):
+    """{name expression: (registers, spill store bytes)} of an sm_90 build of ``names``."""
+    import re
+
+    obj = ignis.compile(
+        _sources.read_source("attention.cu"),
+        ignis.CompileOptions(arch="sm_90", extra=("--ptxas-options=-v",)),
+        name_expressions=sorted(names),
+        name="attention.cu",
+    )
+    by_symbol = {m: n for n, m in obj.lowered_names.items()}
+    found = re.findall(
+        r"Function properties for (\S+)\s*\n.*?(\d+) bytes spill stores.*?\n"
+        r"ptxas info\s*: Used (\d+) registers",
+        obj.log,
+    )
+    return {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monkeypatch):
+    # The fused kernel keeps the dK/dV kernel's launch bounds: registers within them, and no
+    # more spilled than the two-pass dK/dV kernel of the same tiles spills.
+    monkeypatch.setenv("IGNIS_CACHE_DIR", str(tmp_path / "cache"))
+    ignis.jit.clear_cache(memory=True)
+    pairs = []
+    for e in (64, 128):
+        for causal in (False, True):
+            names = cuda_attention.tiled_kernel_names(dtype, e, causal)
+            pairs.append((names["fused"], names["dkdv"], e))
+    report = _ptxas_report({n for fused, dkdv, _ in pairs for n in (fused, dkdv)})
+    assert len(report) == 2 * len(pairs), report
+    for fused, dkdv, e in pairs:
+        minb = cuda_attention.SIMT_TILES[(dtype, e)]["fused"][3]
+        regs, spills = report[fused]
+        assert regs <= min(255, 65536 // (256 * minb)), (fused, report[fused])
+        if (
+            cuda_attention.SIMT_TILES[(dtype, e)]["fused"]
+            == cuda_attention.SIMT_TILES[(dtype, e)]["dkdv"]
+        ):
+            assert spills <= report[dkdv][1], (fused, report[fused], dkdv, report[dkdv])
+
+
+# --- the fused and the two-pass backward on the GPU -----------------------------------------------
+
+
+def _only_path(monkeypatch, fused):
+    """Select the tiled backward ``fused`` (or the two passes) and make the other one fail, so
+    that a switch that is not honoured cannot pass unnoticed."""
+
+    def not_this_one(*args, **kwargs):
+        raise AssertionError("the backward ran the path SIMT_FUSED_DQ did not select")
+
+    monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
+    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", fused)
+    other = "_backward_tiled" if fused else "_backward_tiled_fused"
+    monkeypatch.setattr(cuda_attention, other, not_this_one)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-pass"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 31, 33, 100, 257])
+@pytest.mark.parametrize("e", [32, 64, 96, 128])
+def test_tiled_backward_on_packed_views_on_gpu(fused, dtype, causal, n, e, monkeypatch):
+    # packed_attention's layouts: q, k, v and dq, dk, dv are slots of (B, T, 3, H, E) arrays
+    # (dq written by the finish launch through its strides), grad_out a (B, T, H, E) buffer;
+    # the spare slot next to the gradients keeps its values.
+    _only_path(monkeypatch, fused)
+    b, h = 2, 3
+    rng = np.random.default_rng(n * 1000 + e + causal)
+    packed, qkv = _packed(rng, b, n, h, e, dtype, "cuda:0")
+    q, k, v = _heads(qkv)
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    g_merged = data(rng, [(b, n, h, e)], dtype)[0]
+    g = ignis.asarray(g_merged.astype(NP[dtype]), device="cuda:0").permute(0, 2, 1, 3)
+    grad = ignis.full((b, n, 4, h, e), 7.0, dtype=dtype, device="cuda:0")  # slot 3 is spare
+    slots = list(grad.permute(2, 0, 3, 1, 4)[:3])
+    ignis.nn.attention_backward(
+        g, q, k, v, out, lse, causal=causal, dq=slots[0], dk=slots[1], dv=slots[2]
+    )
+    qh, kh, vh = _heads(packed)
+    gh = g_merged.transpose(0, 2, 1, 3)
+    _, _, grads = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e), grad=gh)
+    got = np.asarray(grad.to_host(), np.float64)
+    assert np.all(got[:, :, 3] == 7), "a gradient was written into the spare slot"
+    for i, (name, want) in enumerate(zip(("dq", "dk", "dv"), grads, strict=True)):
+        assert_close(got[:, :, i].transpose(0, 2, 1, 3), want, dtype, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-pass"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("e", [17, 63, 100])
+@pytest.mark.parametrize(
+    "seqs",
+    [(33, 100), (100, 31), (1, 257), (257, 1), (65, 200), (200, 7)],
+    ids=lambda s: f"L{s[0]}-S{s[1]}",
+)
+def test_tiled_backward_with_l_not_s_on_gpu(fused, dtype, causal, e, seqs, monkeypatch):
+    # L != S both ways (causal queries without keys when L > S), head dims that are not a
+    # multiple of 4 (scalar atomics) or of 16 bytes (element copies).
+    _only_path(monkeypatch, fused)
+    n_q, n_k = seqs
+    b, h = 2, 2
+    rng = np.random.default_rng(n_q * 1000 + n_k + e)
+    shapes = [(b, h, n_q, e), (b, h, n_k, e), (b, h, n_k, e), (b, h, n_q, e)]
+    qh, kh, vh, gh = data(rng, shapes, dtype)
+    q, k, v, g = (ignis.asarray(x.astype(NP[dtype]), device="cuda:0") for x in (qh, kh, vh, gh))
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+    _, _, grads = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e), grad=gh)
+    for name, x, want in zip(("dq", "dk", "dv"), (dq, dk, dv), grads, strict=True):
+        assert_close(np.asarray(x.to_host(), np.float64), want, dtype, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_backward_at_a_training_shape_on_gpu(dtype, monkeypatch):
+    # A GPT step's shape (T = 256, E = 64, causal, on fewer heads): many key blocks add into
+    # every dQ row. Both paths against the reference, and two fused runs agree to rounding
+    # (the order of the atomics may differ between them).
+    b, h, n, e = 2, 6, 256, 64
+    rng = np.random.default_rng(256)
+    shapes = [(b, h, n, e)] * 4
+    qh, kh, vh, gh = data(rng, shapes, dtype)
+    q, k, v, g = (ignis.asarray(x.astype(NP[dtype]), device="cuda:0") for x in (qh, kh, vh, gh))
+    out, lse = ignis.nn.attention(q, k, v, causal=True)
+    _, _, grads = ref_attention(qh, kh, vh, True, 1 / math.sqrt(e), grad=gh)
+    results = {}
+    for fused in (True, False, True):
+        with monkeypatch.context() as m:
+            _only_path(m, fused)
+            got = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)
+        got = [np.asarray(x.to_host(), np.float64) for x in got]
+        for name, x, want in zip(("dq", "dk", "dv"), got, grads, strict=True):
+            assert_close(x, want, dtype, f"{name} ({'fused' if fused else 'two-pass'})")
+        if fused in results:
+            for name, x, y in zip(("dq", "dk", "dv"), got, results[fused], strict=True):
+                assert_close(x, y, dtype, f"{name} (a second fused run)")
+        results[fused] = got
+    # With the same tiles, dK and dV come from the same arithmetic in both paths.
+    tiles = cuda_attention.SIMT_TILES[(dtype, 64)]
+    if tiles["fused"] == tiles["dkdv"]:
+        for name, x, y in zip(("dk", "dv"), results[True][1:], results[False][1:], strict=True):
+            assert np.array_equal(x, y), f"{name}: the fused pass and the dK/dV pass differ"

@@ -192,6 +192,10 @@ def _struct_size(ctype: str) -> int:
         return StridedPacker(int(ctype[len("StridedArgs<") : -1])).size
     if ctype.endswith("OuterLayout"):
         return 8 * 8 + 8 * 8 + 4 + 4  # int64 sizes[8], strides[8]; int32 ndim, reserved
+    if ctype == "Layout":  # the attention kernels' strides
+        from ignis._array._cuda_backend.attention import LAYOUT
+
+        return LAYOUT.size
     raise AssertionError(f"fake_gpu: unknown struct parameter {ctype!r}")
 
 

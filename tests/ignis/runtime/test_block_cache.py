@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fake_gpu
 import pytest
+from ignis import _memory as memory_module
 from ignis._bindings import driver
 
 import ignis
@@ -72,11 +73,12 @@ def test_limits_bound_what_is_kept(gpu) -> None:
     big = ignis.alloc((1 << 20) + 1)  # over the cache's bytes: freed at once
     big.close()
     assert calls(gpu, "cuMemFreeAsync") == 1
-    bufs = [ignis.alloc(256) for _ in range(10)]
+    per_size = memory_module._CACHE_PER_SIZE
+    bufs = [ignis.alloc(256) for _ in range(per_size + 2)]
     for b in bufs:
         b.close()
-    assert calls(gpu, "cuMemFreeAsync") == 1 + 2  # 8 blocks of one size kept, 2 freed
-    assert ignis.get_memory_resource(0).cached_bytes == 8 * 256
+    assert calls(gpu, "cuMemFreeAsync") == 1 + 2  # per_size blocks of one size kept, 2 freed
+    assert ignis.get_memory_resource(0).cached_bytes == per_size * 256
 
 
 def test_out_of_memory_empties_the_cache_and_retries(gpu, monkeypatch) -> None:

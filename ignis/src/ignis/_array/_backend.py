@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._errors import IgnisError, NoDeviceError
+from . import _semantics
 from ._device import ArrayDevice, as_device
 
 if TYPE_CHECKING:
@@ -141,6 +142,30 @@ class Backend(abc.ABC):
         """
 
     # --- with portable defaults ----------------------------------------------------------------
+
+    def matmul_bias(self, out: NvArray, a: NvArray, b: NvArray, bias: NvArray) -> None:
+        """``out = a @ b + bias`` for matrices: ``a`` ``(m, k)``, ``b`` ``(k, n)``, ``out``
+        ``(m, n)`` and ``bias`` ``(n,)`` (added to every row), all of one floating dtype.
+
+        The default runs :meth:`matmul` and an elementwise add; a backend may fuse them (the
+        sum is then rounded once, after the bias is added).
+        """
+        self.matmul(out, a, b, 1.0, 0.0)
+        row = bias._view(bias._offset, out._shape, (0, bias._strides[0]))
+        self.binary("add", out, out, row, _semantics.binary("add", out, row).compute)
+
+    def matmul_row_sums(self, out: NvArray, sums: NvArray, a: NvArray, b: NvArray) -> None:
+        """``out = a @ b`` and ``sums[i] = sum(a[i, :])`` for matrices ``a`` ``(m, k)``, ``b``
+        ``(k, n)``, ``out`` ``(m, n)``, ``sums`` ``(m,)``: a linear layer's weight and bias
+        gradients in one call (``a`` is the transposed output gradient). Half types sum in
+        float32.
+
+        The default runs :meth:`matmul` and :meth:`reduce`; a backend may fuse them.
+        """
+        self.matmul(out, a, b, 1.0, 0.0)
+        spec = _semantics.reduction("sum", a._shape, a._dtype, 1, True, 0)
+        column = sums._view(sums._offset, (sums._shape[0], 1), (sums._strides[0], 0))
+        self.reduce("sum", column, a, (1,), spec.accumulate, {"ddof": 0})
 
     def arange(self, out: NvArray, start: float, step: float) -> None:
         """``out[i] = start + i * step`` computed in float64 (int64 for integer dtypes)."""
@@ -390,13 +415,18 @@ class Backend(abc.ABC):
         self, out: NvArray, lse: NvArray, q: NvArray, k: NvArray, v: NvArray, causal: bool,
         scale: float,
     ) -> None:
-        """Fused attention: ``out`` (B, H, L, E) and ``lse`` (B, H, L) from contiguous ``q``
-        (B, H, L, E), ``k`` and ``v`` (B, H, S, E) with S >= 1 and E <= 128.
+        """Fused attention: ``out`` (B, H, L, E) and ``lse`` (B, H, L) from ``q`` (B, H, L, E),
+        ``k`` and ``v`` (B, H, S, E) with S >= 1 and E <= 128.
 
         ``out = softmax(q k^T * scale) v`` over the keys each query sees (with ``causal``,
         query i sees keys j <= i + S - L); ``lse`` is the natural log-sum-exp of those scaled
         scores. A query that sees no key: zero output row, ``lse = -inf``. ``lse`` is float32
         for 16-bit inputs, else the input dtype. No L x S matrix may be kept in memory.
+
+        Layouts: ``q``, ``k``, ``v`` and ``out`` have a contiguous last dim (element stride 1)
+        and any batch, head and row strides (whole elements; negative or zero for the inputs);
+        they are read and written in place, without copies. ``out`` overlaps no input and no
+        element of it twice. ``lse`` is contiguous.
         """
         raise NotImplementedError(f"attention is not implemented on the {self.kind} backend")
 
@@ -405,7 +435,13 @@ class Backend(abc.ABC):
         v: NvArray, out: NvArray, lse: NvArray, causal: bool, scale: float,
     ) -> None:
         """Gradients of :meth:`attention_forward` into ``dq``, ``dk``, ``dv`` (inputs' shapes
-        and dtype) from its saved ``out`` and ``lse``; every input is contiguous, no size is 0.
+        and dtype) from its saved ``out`` and ``lse``; no size is 0.
+
+        Layouts as for :meth:`attention_forward`: ``grad_out``, ``q``, ``k``, ``v``, ``out``,
+        ``dq``, ``dk``, ``dv`` have a contiguous last dim and any other strides (for example
+        the three slots of one packed ``(B, T, 3, H, E)`` gradient viewed as ``(B, H, T, E)``);
+        every element of ``dq``, ``dk``, ``dv`` is written. The destinations overlap neither
+        the inputs nor each other. ``lse`` is contiguous.
         """
         raise NotImplementedError(f"attention_backward is not implemented on the {self.kind} backend")
 
@@ -414,7 +450,8 @@ class Backend(abc.ABC):
         scale: float,
     ) -> None:
         """``out`` (B, H, 1, E) = attention of ``q`` (B, H, 1, E) over rows ``[0, cache_len)``
-        (1 <= cache_len <= S_max) of the contiguous caches (B, H, S_max, E), all visible.
+        (1 <= cache_len <= S_max) of the caches (B, H, S_max, E), all visible; every array
+        is contiguous.
         """
         raise NotImplementedError(f"decode_attention is not implemented on the {self.kind} backend")
 

@@ -2,6 +2,9 @@
 
 The whole ``(L, S)`` score matrix is formed here (memory is not the point on the host). Math
 runs in float64 for float64 inputs and float32 otherwise; 16-bit outputs are rounded once.
+Operands are read and results written through NumPy views of their memory, so strided
+operands and destinations (heads of a packed projection, ``out=`` views) need no copies here
+either.
 """
 
 from __future__ import annotations

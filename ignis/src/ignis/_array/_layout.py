@@ -87,8 +87,25 @@ def contiguous_strides(shape: Sequence[int], itemsize: int) -> Shape:
 
 def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
     """True when the elements are dense in row-major order (size-1 dims may have any stride)."""
-    if len(shape) == 1:  # the common case, without the loop
+    # Every op asks this of its operands: one to three dimensions go without the loop.
+    n = len(shape)
+    if n == 1:
         return strides[0] == itemsize or shape[0] <= 1
+    if n == 2:
+        d0, d1 = shape
+        if (d1 == 1 or strides[1] == itemsize) and (d0 == 1 or strides[0] == itemsize * d1):
+            return True
+        return d0 == 0 or d1 == 0
+    if n == 3:
+        d0, d1, d2 = shape
+        s0, s1, s2 = strides
+        if (
+            (d2 == 1 or s2 == itemsize)
+            and (d1 == 1 or s1 == itemsize * d2)
+            and (d0 == 1 or s0 == itemsize * d2 * d1)
+        ):
+            return True
+        return d0 == 0 or d1 == 0 or d2 == 0
     if 0 in shape:
         return True
     step = itemsize

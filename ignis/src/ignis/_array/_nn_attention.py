@@ -4,7 +4,15 @@
 per query block without materializing the ``(L, S)`` score matrix, and returns the per-query
 log-sum-exp of the scaled scores that :func:`attention_backward` uses to recompute the
 probabilities. Shapes: ``q`` is ``(B, H, L, E)``, ``k`` and ``v`` are ``(B, H, S, E)``, head dim
-``E <= 128``; non-contiguous inputs are copied to contiguous ones first.
+``E <= 128``.
+
+Layouts: the arrays are read where they lie, through their strides, as long as the last dim is
+contiguous (element stride 1): heads sliced out of a packed ``(B, T, 3, H, E)`` projection and
+viewed as ``(B, H, T, E)`` cost no copy. Only an array whose last dim is strided is copied first.
+Results can be written in place into views of the caller's buffers the same way: ``out=`` for
+:func:`attention`, ``dq=``, ``dk=``, ``dv=`` for :func:`attention_backward` (for example the three
+slots of one ``(B, T, 3, H, E)`` gradient, or an ``(B, T, H, E)`` buffer viewed as ``(B, H, T, E)``
+so that the output reshapes to ``(B, T, H * E)`` for free).
 
 Causal masking is aligned to the end: query ``i`` sees key ``j`` when ``j <= i + S - L`` (equal
 to PyTorch's ``is_causal`` when ``L == S``; for ``L < S`` the queries continue a cached
@@ -19,6 +27,11 @@ Example::
     >>> q, k, v = (ignis.random.randn((2, 4, 128, 64)) for _ in range(3))
     >>> out, lse = ignis.nn.attention(q, k, v, causal=True)
     >>> dq, dk, dv = ignis.nn.attention_backward(out, q, k, v, out, lse, causal=True)
+    >>> qkv = ignis.random.randn((2, 128, 3, 4, 64))          # (B, T, 3, H, E), packed
+    >>> q, k, v = (qkv[:, :, i].permute(0, 2, 1, 3) for i in range(3))  # views, no copies
+    >>> buf = ignis.empty((2, 128, 4, 64))                     # (B, T, H, E)
+    >>> out, lse = ignis.nn.attention(q, k, v, out=buf.permute(0, 2, 1, 3))
+    >>> y = buf.reshape(2, 128, 256)                            # heads merged, no copy
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ from typing import Any
 from .. import _dtypes as dt
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _creation
+from ._ops import _overlaps
 from .array import NvArray
 
 __all__ = ["attention", "attention_backward", "decode_attention", "MAX_HEAD_DIM"]
@@ -100,12 +114,81 @@ def _dense(a: NvArray) -> NvArray:
     return a if a.is_contiguous else a.contiguous()
 
 
+def _rows_contiguous(a: NvArray) -> bool:
+    """The last dim has element stride 1 (or one element) and every stride is whole elements:
+    what the kernels index through."""
+    st, item = a._strides, a._dtype.itemsize
+    if a._shape[-1] != 1 and st[-1] != item:
+        return False
+    return all(s % item == 0 for s in st)
+
+
+def _rows(a: NvArray) -> NvArray:
+    """``a`` itself when the kernels can read it in place, else a dense copy."""
+    return a if _rows_contiguous(a) else a.contiguous()
+
+
+def _self_overlapping(a: NvArray) -> bool:
+    """Whether two elements of ``a`` share memory (broadcast or interleaved strides): such a
+    view cannot take results. Checked by ordering the dims by stride: each must step past all
+    the dims inside it."""
+    dims = sorted((abs(s), n) for n, s in zip(a._shape, a._strides, strict=True) if n > 1)
+    reach = a._dtype.itemsize  # bytes spanned by the dims handled so far
+    for stride, n in dims:
+        if stride < reach:
+            return True
+        reach = stride * (n - 1) + reach
+    return False
+
+
+def _destination(
+    op: str, name: str, a: Any, shape: tuple[int, ...], like: NvArray, reads: list[tuple[str, Any]]
+) -> NvArray:
+    """A caller's ``out=``/``dq=``/... view, checked: an NvArray of ``shape``, ``like``'s dtype
+    and device, a contiguous last dim, no element twice, no memory shared with an input."""
+    if not isinstance(a, NvArray):
+        raise TypeError(f"{op}: {name} must be an NvArray or None, got {type(a).__name__}")
+    if a.shape != shape:
+        raise ShapeError(f"{op}: {name} has shape {a.shape}; expected {shape}")
+    if a.dtype != like.dtype:
+        raise DTypeError(f"{op}: {name} is {a.dtype.name}; expected {like.dtype.name}")
+    if a.device != like.device:
+        raise DeviceMismatchError(f"{op}: {name} is on {a.device}; expected {like.device}")
+    if not _rows_contiguous(a):
+        raise ValueError(
+            f"{op}: {name} must have a contiguous last dim (element stride 1); got strides "
+            f"{a.strides} (bytes) for shape {a.shape}"
+        )
+    if _self_overlapping(a):
+        raise ValueError(
+            f"{op}: {name} has strides {a.strides} (bytes) that reach some elements twice; "
+            "results need a view of distinct elements"
+        )
+    for other, x in reads:
+        if _overlaps(a, x):
+            raise ValueError(
+                f"{op}: {name} shares memory with {other}, which the op reads (their byte "
+                "ranges overlap)"
+            )
+    return a
+
+
 def attention(
-    q: NvArray, k: NvArray, v: NvArray, causal: bool = False, scale: float | None = None
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    causal: bool = False,
+    scale: float | None = None,
+    *,
+    out: NvArray | None = None,
 ) -> tuple[NvArray, NvArray]:
     """Fused attention: ``(out, lse)`` with ``out = softmax(q k^T * scale) v`` of shape
     ``(B, H, L, E)`` and ``lse`` (``(B, H, L)``) the natural-log sum of exp of the scaled scores
     of each query (over the keys it sees). ``scale`` defaults to ``1/sqrt(E)``.
+
+    ``q``, ``k``, ``v`` may be strided views (a contiguous last dim is read in place). ``out``:
+    a caller's ``(B, H, L, E)`` view of q's dtype and device with a contiguous last dim (any
+    other strides) to write the result into; it is returned.
 
     Example: ``out, lse = ignis.nn.attention(q, k, v, causal=True)``.
     """
@@ -115,7 +198,10 @@ def attention(
     s = _scale(op, scale, q.shape[3])
     causal = bool(causal)
     b, h, n_q, e = q.shape
-    out = _creation.empty(q.shape, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = _creation.empty(q.shape, dtype=q.dtype, device=q.device)
+    else:
+        _destination(op, "out", out, q.shape, q, [("q", q), ("k", k), ("v", v)])
     lse = _creation.empty((b, h, n_q), dtype=_lse_dtype(q.dtype), device=q.device)
     if out.numel == 0:
         return out, lse
@@ -123,7 +209,7 @@ def attention(
         out.fill_(0.0)
         lse.fill_(float("-inf"))
         return out, lse
-    q._backend.attention_forward(out, lse, _dense(q), _dense(k), _dense(v), causal, s)
+    q._backend.attention_forward(out, lse, _rows(q), _rows(k), _rows(v), causal, s)
     return out, lse
 
 
@@ -136,9 +222,20 @@ def attention_backward(
     lse: NvArray,
     causal: bool = False,
     scale: float | None = None,
+    *,
+    dq: NvArray | None = None,
+    dk: NvArray | None = None,
+    dv: NvArray | None = None,
 ) -> tuple[NvArray, NvArray, NvArray]:
     """Gradients ``(dq, dk, dv)`` of :func:`attention` for the output gradient ``grad_out``,
     from the forward's ``out`` and ``lse`` (the probabilities are recomputed, never stored).
+
+    ``grad_out``, ``q``, ``k``, ``v`` and ``out`` may be strided views (a contiguous last dim is
+    read in place). ``dq``, ``dk``, ``dv``: caller's views (shapes of q, k, v; q's dtype and
+    device; contiguous last dim, any other strides) to write the gradients into, e.g. the three
+    slots of one packed ``(B, T, 3, H, E)`` gradient; the ones not given are allocated. All
+    three are returned. Overlap with an input is refused; the three must not overlap each other
+    either (interleaved views of one buffer, as in that example, are fine).
 
     Example: ``dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)``.
     """
@@ -161,9 +258,14 @@ def attention_backward(
     if lse.device != q.device:
         raise DeviceMismatchError(f"{op}: lse is on {lse.device} but q is on {q.device}")
     s = _scale(op, scale, q.shape[3])
-    dq = _creation.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = _creation.empty(k.shape, dtype=k.dtype, device=q.device)
-    dv = _creation.empty(v.shape, dtype=v.dtype, device=q.device)
+    reads = [("grad_out", grad_out), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)]
+    grads = []
+    for name, given, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        if given is None:
+            grads.append(_creation.empty(like.shape, dtype=q.dtype, device=q.device))
+        else:
+            grads.append(_destination(op, name, given, like.shape, q, reads))
+    dq, dk, dv = grads
     if q.numel == 0 or k.numel == 0:  # no query-key pair: nothing flows anywhere
         for g in (dq, dk, dv):
             if g.numel:
@@ -173,12 +275,12 @@ def attention_backward(
         dq,
         dk,
         dv,
-        _dense(grad_out),
-        _dense(q),
-        _dense(k),
-        _dense(v),
-        _dense(out),
-        _dense(lse),
+        _rows(grad_out),
+        _rows(q),
+        _rows(k),
+        _rows(v),
+        _rows(out),
+        _dense(lse),  # lse is indexed as contiguous rows
         bool(causal),
         s,
     )

@@ -68,20 +68,22 @@ def check_like(
     a: Any, x: NvArray, op: str, what: str, shape: tuple[int, ...], dtypes: tuple[dt.DType, ...]
 ) -> NvArray:
     """``a`` as an NvArray on ``x``'s device with ``shape`` and one of ``dtypes``, contiguous."""
-    if not isinstance(a, NvArray):
+    # Identity first (devices and dtypes are shared objects): these checks run for every
+    # argument of every normalization, forward and backward.
+    if a.__class__ is not NvArray and not isinstance(a, NvArray):
         raise TypeError(f"{op}: {what} must be an NvArray, got {type(a).__name__}")
-    if a.device != x.device:
+    if a._device is not x._device and a._device != x._device:
         raise DeviceMismatchError(
             f"{op}: {what} is on {a.device} but x is on {x.device}; move it with .to(device)"
         )
-    if a.shape != shape:
+    if a._shape != shape:
         raise ShapeError(f"{op}: {what} has shape {a.shape}, expected {shape}")
-    if a.dtype not in dtypes:
+    if a._dtype is not dtypes[0] and a._dtype not in dtypes:
         raise DTypeError(
             f"{op}: {what} has dtype {a.dtype.name}, expected {_names(dtypes)} "
             f"(with {x.dtype.name} data)"
         )
-    return a.contiguous()
+    return a if a.is_contiguous else a.clone()
 
 
 def _param(p: Any, x: NvArray, op: str, what: str) -> NvArray | None:
@@ -102,11 +104,24 @@ def _eps(eps: Any, op: str) -> float:
 
 
 def _rows(a: NvArray, n: int) -> NvArray:
-    """A contiguous array as ``(rows, n)``."""
-    return a.contiguous().reshape(-1, n)
+    """A contiguous array as ``(rows, n)`` (``n`` > 0 divides its size)."""
+    if not a.is_contiguous:
+        a = a.clone()
+    shape = a._shape
+    if len(shape) == 2 and shape[1] == n:
+        return a
+    # Any shape of a contiguous array is a view with contiguous strides: no reshape planning.
+    size = a._dtype.itemsize
+    return a._view(a._offset, (math.prod(shape) // n, n), (n * size, size))
 
 
 def _flat(a: NvArray) -> NvArray:
+    """``a`` as one dimension (a view when contiguous)."""
+    shape = a._shape
+    if len(shape) == 1:
+        return a
+    if a.is_contiguous:
+        return a._view(a._offset, (math.prod(shape),), (a._dtype.itemsize,))
     return a.reshape(-1)
 
 

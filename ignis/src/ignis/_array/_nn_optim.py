@@ -51,6 +51,7 @@ from typing import Any
 
 from .. import _dtypes as dt
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
+from . import _layout
 from ._backend import get_backend
 from .array import NvArray
 
@@ -66,6 +67,13 @@ __all__ = [
 
 _FLOATS = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
 _HALF = (dt.float16, dt.bfloat16)
+_F16, _BF16, _F32, _F64 = _FLOATS
+
+
+def _is_float(d: dt.DType) -> bool:
+    # By identity (DType objects are unique): ``in _FLOATS`` would call DType.__eq__, in
+    # Python, for every element before the match, and these checks run per tensor per step.
+    return d is _F32 or d is _BF16 or d is _F16 or d is _F64
 
 
 # --- all-or-nothing batches ---------------------------------------------------------------------
@@ -118,7 +126,7 @@ def _array_list(xs: Any, op: str, what: str, n: int | None = None) -> list[NvArr
         raise TypeError(f"{op}: {what} must be a list of NvArrays, got {type(xs).__name__}")
     xs = list(xs)
     for i, x in enumerate(xs):
-        if not isinstance(x, NvArray):
+        if x.__class__ is not NvArray and not isinstance(x, NvArray):
             raise TypeError(f"{op}: {what}[{i}] must be an NvArray, got {type(x).__name__}")
     if n is not None and len(xs) != n:
         raise ShapeError(f"{op}: {what} has {len(xs)} arrays, expected {n} (one per parameter)")
@@ -156,14 +164,14 @@ def _scalar(x: Any, op: str, what: str, dtype: Any = dt.float32) -> NvArray:
 
 def _same_device(arrays: list[Any], device: Any, op: str) -> None:
     for x in arrays:
-        if x is not None and x.device != device:
+        if x is not None and x._device is not device and x._device != device:
             raise DeviceMismatchError(
                 f"{op}: all arrays must be on one device; got {x.device} and {device}"
             )
 
 
 def _check_param(p: NvArray, i: int, op: str) -> None:
-    if p.dtype not in _FLOATS:
+    if not _is_float(p._dtype):
         raise DTypeError(
             f"{op}: params[{i}] has dtype {p.dtype.name}; expected float16, bfloat16, float32 "
             "or float64"
@@ -179,11 +187,11 @@ def _check_like(
 ) -> None:
     if x is None:
         return
-    if x.shape != p.shape:
+    if x._shape is not p._shape and x._shape != p._shape:
         raise ShapeError(
             f"{op}: {what}[{i}] has shape {x.shape}, expected {p.shape} (its parameter's)"
         )
-    if x.dtype not in dtypes:
+    if x._dtype is not dtypes[0] and x._dtype not in dtypes:
         want = " or ".join(d.name for d in dtypes)
         raise DTypeError(f"{op}: {what}[{i}] has dtype {x.dtype.name}, expected {want}")
     if not x.is_contiguous:
@@ -192,6 +200,9 @@ def _check_like(
 
 def _state_dtype(p: NvArray) -> dt.DType:
     return dt.float64 if p.dtype is dt.float64 else dt.float32
+
+
+_STATE32, _STATE64 = (dt.float32,), (dt.float64,)  # _state_dtype as the dtypes _check_like takes
 
 
 def _check_range(
@@ -209,9 +220,12 @@ def _check_range(
 
 def _groups(n: int, key: Any) -> dict[Any, list[int]]:
     """Indices 0..n-1 grouped by ``key(i)`` (one launch per group), in first-seen order."""
+    keys = [key(i) for i in range(n)]
+    if keys and keys.count(keys[0]) == n:  # the usual case: one group
+        return {keys[0]: list(range(n))}
     out: dict[Any, list[int]] = {}
-    for i in range(n):
-        out.setdefault(key(i), []).append(i)
+    for i, k in enumerate(keys):
+        out.setdefault(k, []).append(i)
     return out
 
 
@@ -228,17 +242,22 @@ def _common(op: str, params: Any, grads: Any, steps: Any, lr: Any, found_inf: An
     lr = _scalar(lr, op, "lr", (dt.float32, dt.float64))
     if found_inf is not None:
         found_inf = _scalar(found_inf, op, "found_inf")
+    is_contiguous = _layout.is_c_contiguous
     for i, p in enumerate(params):
-        _check_param(p, i, op)
+        # The checks of _check_param, on the slots (this loop runs for every tensor of every
+        # step); _check_param itself raises, with its message, when one fails.
+        pd, ps = p._dtype, p._shape
+        if not _is_float(pd) or not is_contiguous(ps, p._strides, pd.itemsize):
+            _check_param(p, i, op)
         g = grads[i]
-        if g.shape != p.shape:
+        if g._shape != ps:
             raise ShapeError(f"{op}: grads[{i}] has shape {g.shape}, expected {p.shape}")
-        if g.dtype is not p.dtype and g.dtype is not dt.float32:
+        if g._dtype is not pd and g._dtype is not _F32:
             raise DTypeError(
                 f"{op}: grads[{i}] has dtype {g.dtype.name}; expected {p.dtype.name} or float32"
             )
         s = steps[i]
-        if s.numel != 1 or s.dtype is not dt.float32:
+        if s._dtype is not _F32 or _layout.numel(s._shape) != 1:
             raise ShapeError(
                 f"{op}: steps[{i}] must hold one float32 element, got shape {s.shape} "
                 f"{s.dtype.name}"
@@ -287,8 +306,10 @@ def multi_tensor_sgd_(
     for i, p in enumerate(params):
         if momentum > 0 and bufs[i] is None:
             raise ValueError(f"{op}: momentum={momentum} needs momentum_buffers[{i}], got None")
-        _check_like(bufs[i], p, i, op, "momentum_buffers", (_state_dtype(p),))
-        _check_master(masters[i], p, i, op)
+        sd = _STATE64 if p._dtype is _F64 else _STATE32
+        _check_like(bufs[i], p, i, op, "momentum_buffers", sd)
+        if masters[i] is not None:
+            _check_master(masters[i], p, i, op)
     if n == 0:
         return
     device = params[0].device
@@ -372,13 +393,14 @@ def multi_tensor_adam_(
     _check_range(eps, 0.0, None, op, "eps")
     _check_range(weight_decay, 0.0, None, op, "weight_decay")
     for i, p in enumerate(params):
-        sd = (_state_dtype(p),)
+        sd = _STATE64 if p._dtype is _F64 else _STATE32
         _check_like(exp_avgs[i], p, i, op, "exp_avgs", sd)
         _check_like(exp_avg_sqs[i], p, i, op, "exp_avg_sqs", sd)
         if amsgrad and vmax[i] is None:
             raise ValueError(f"{op}: max_exp_avg_sqs[{i}] is None; AMSGrad needs one per parameter")
         _check_like(vmax[i], p, i, op, "max_exp_avg_sqs", sd)
-        _check_master(masters[i], p, i, op)
+        if masters[i] is not None:
+            _check_master(masters[i], p, i, op)
     if n == 0:
         return
     device = params[0].device
@@ -421,7 +443,7 @@ def multi_tensor_adam_(
 def _float_list(tensors: Any, op: str, contiguous: bool) -> list[NvArray]:
     xs = _array_list(tensors, op, "tensors")
     for i, x in enumerate(xs):
-        if x.dtype not in _FLOATS:
+        if not _is_float(x._dtype):
             raise DTypeError(
                 f"{op}: tensors[{i}] has dtype {x.dtype.name}; expected float16, bfloat16, "
                 "float32 or float64"

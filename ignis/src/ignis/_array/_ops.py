@@ -522,10 +522,22 @@ def clip(x: NvArray, min: Any = None, max: Any = None) -> NvArray:  # noqa: A002
 # --- reductions --------------------------------------------------------------------------------
 
 
+def _plain_axes(axis: Any) -> bool:
+    """``axis`` is None, an int or a tuple of ints (a request a remembered plan can key on)."""
+    if axis is None or axis.__class__ is int:
+        return True
+    if axis.__class__ is not tuple:
+        return False
+    for a in axis:
+        if a.__class__ is not int:
+            return False
+    return True
+
+
 def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArray:
     if (
         x.__class__ is NvArray
-        and (axis is None or axis.__class__ is int)
+        and (axis is None or axis.__class__ is int or _plain_axes(axis))
         and ddof.__class__ is int
         and (keepdims is False or keepdims is True)
     ):
@@ -756,6 +768,11 @@ def accumulate(dst: NvArray, src: Any) -> NvArray:
 
 
 def _fill(dst: NvArray, value: Any, op: str = "fill_") -> NvArray:
+    if value.__class__ is int and value == 0:
+        # Zero fits every dtype (the scalar checks below pass it unchanged): resetting
+        # gradients and accumulators, once per tensor per step, goes straight to the backend.
+        dst._backend.fill(dst, 0)
+        return dst
     if isinstance(value, NvArray):
         if value.numel != 1:
             raise ShapeError(

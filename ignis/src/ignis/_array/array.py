@@ -382,13 +382,18 @@ class NvArray:
                 shape = shape[0]
         # Views of the same layout reshaped the same way are common (every layer of a model):
         # the outcome is remembered per (request, shape, strides, itemsize), for requests made
-        # of plain ints only (a float or bool must still be refused by the full path).
+        # of plain ints only (a float or bool must still be refused by the full path; the
+        # check is inlined: this runs for hundreds of views per training step).
         key = None
-        if shape.__class__ is tuple and _all_ints(shape):
-            key = (shape, self._shape, self._strides, self._dtype.itemsize)
-            hit = _reshapes.get(key)
-            if hit is not None:
-                return self._view(self._offset, hit[0], hit[1])
+        if shape.__class__ is tuple:
+            for v in shape:
+                if v.__class__ is not int:
+                    break
+            else:
+                key = (shape, self._shape, self._strides, self._dtype.itemsize)
+                hit = _reshapes.get(key)
+                if hit is not None:
+                    return self._view(self._offset, hit[0], hit[1])
         dims = _layout.normalize_shape_allow_unknown(shape, "reshape")
         new_shape = _layout.infer_reshape(self.numel, dims, self._shape, "reshape")
         if new_shape == self._shape:
@@ -712,16 +717,32 @@ _new_object = object.__new__
 _CACHE_LIMIT = 4096
 # (request, shape, strides, itemsize) -> (new shape, new strides) of reshapes that gave a view
 _reshapes: dict[tuple[Any, ...], tuple[Shape, Shape]] = {}
-
-
-def _all_ints(values: tuple[Any, ...]) -> bool:
-    for v in values:
-        if v.__class__ is not int:
-            return False
-    return True
+# (axes, ndim) -> the normalized permutation, of valid transpose/permute requests
+_permutations: dict[tuple[Any, ...], tuple[int, ...]] = {}
 
 
 def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
+    # The same few permutations recur (attention heads in and out of every layer): those given
+    # as plain ints are remembered per (axes, ndim); anything else takes the checks below.
+    key = None
+    if axes.__class__ is tuple:
+        for a in axes:
+            if a.__class__ is not int:
+                break
+        else:
+            key = (axes, ndim)
+            hit = _permutations.get(key)
+            if hit is not None:
+                return hit
+    norm = _check_permutation(axes, ndim, op)
+    if key is not None:
+        if len(_permutations) >= _CACHE_LIMIT:
+            _permutations.clear()
+        _permutations[key] = norm
+    return norm
+
+
+def _check_permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
     try:
         perm = tuple(operator.index(a) for a in axes)
     except TypeError:

@@ -195,8 +195,31 @@ class Module:
                 yield (f"{mname}.{pname}" if mname else pname), p
 
     def parameters(self, recurse: bool = True) -> Iterator[Parameter]:
-        for _, p in self.named_parameters(recurse=recurse):
-            yield p
+        """The parameters of :meth:`named_parameters`, in its order, without their names."""
+        cls = type(self)
+        if not recurse or (
+            cls.named_parameters is not Module.named_parameters
+            or cls.named_modules is not Module.named_modules
+        ):
+            for _, p in self.named_parameters(recurse=recurse):
+                yield p
+            return
+        # The walk of named_modules/named_parameters without building the dotted names: a
+        # training loop asks for the parameters every step (gradient clipping).
+        seen_modules: set[int] = set()
+        seen: set[int] = set()
+        stack = [self]
+        while stack:
+            mod = stack.pop()
+            if id(mod) in seen_modules:
+                continue
+            seen_modules.add(id(mod))
+            for p in mod._parameters.values():
+                if p is None or id(p) in seen:
+                    continue
+                seen.add(id(p))
+                yield p
+            stack.extend(reversed([m for m in mod._modules.values() if m is not None]))
 
     def named_buffers(
         self, prefix: str = "", recurse: bool = True

@@ -181,13 +181,18 @@ class Optimizer:
     def _state_keys(self, group: ParamGroup) -> tuple[str, ...]:
         return self._STATE_KEYS
 
-    def _prepared_state(self, p: Tensor, group: ParamGroup) -> dict[str, NvArray]:
+    def _prepared_state(
+        self, p: Tensor, group: ParamGroup, keys: tuple[str, ...] | None = None
+    ) -> dict[str, NvArray]:
         """The state ``p``'s update will use: its own, completed with any missing (zero)
-        entries (e.g. momentum switched on later), or a new one; stored by the caller."""
+        entries (e.g. momentum switched on later), or a new one; stored by the caller.
+        ``keys``: ``self._state_keys(group)`` when the caller has it already."""
         st = self._state.get(id(p))
         if st is None:
             return self._new_state(p, group)
-        missing = [key for key in self._state_keys(group) if key not in st]
+        if keys is None:
+            keys = self._state_keys(group)
+        missing = [key for key in keys if key not in st]
         if missing:
             st = dict(st)
             for key in missing:
@@ -213,7 +218,7 @@ class Optimizer:
             if not params:
                 continue
             for p in params:
-                if p.grad.shape != p.shape:
+                if p.grad.shape != p.data._shape:
                     raise ShapeError(
                         f"{type(self).__name__}.step: a gradient has shape {p.grad.shape}, its "
                         f"parameter {p.shape}"
@@ -221,7 +226,8 @@ class Optimizer:
             work.append((group, params))
         prepared = []
         for group, params in work:  # state for every group first
-            states = [self._prepared_state(p, group) for p in params]
+            keys = self._state_keys(group)
+            states = [self._prepared_state(p, group, keys) for p in params]
             masters = [st.get("master") for st in states]
             prepared.append((group, params, states,
                              masters if any(m is not None for m in masters) else None))

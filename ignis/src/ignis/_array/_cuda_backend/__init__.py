@@ -172,6 +172,14 @@ class CudaBackend(Backend):
     def matmul(self, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
         matmul.matmul(self, out, a, b, alpha, beta)
 
+    def matmul_bias(self, out: NvArray, a: NvArray, b: NvArray, bias: NvArray) -> None:
+        if not matmul.matmul_bias(self, out, a, b, bias):
+            Backend.matmul_bias(self, out, a, b, bias)
+
+    def matmul_row_sums(self, out: NvArray, sums: NvArray, a: NvArray, b: NvArray) -> None:
+        if not matmul.matmul_row_sums(self, out, sums, a, b):
+            Backend.matmul_row_sums(self, out, sums, a, b)
+
 
     # --- neural-network families: each section delegates to its family module ------------------
 

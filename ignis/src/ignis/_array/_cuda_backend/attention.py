@@ -1,6 +1,11 @@
 """Fused attention on the CUDA backend (kernels in ``cuda_src/attention.cu``).
 
-Inputs arrive contiguous from the front end (:mod:`ignis._array._nn_attention`). float16 and
+The kernels read ``q``, ``k``, ``v``, ``out`` and ``grad_out`` and write ``out``, ``dq``, ``dk``
+and ``dv`` in place through their strides: every one is a (B, H, rows, E) view whose last dim is
+contiguous, the batch, head and row strides are passed in one ``Layout`` struct per launch (see
+:func:`layout`), so heads sliced out of a packed projection need no gather or scatter copies.
+``lse`` and the float32 scratch rows are contiguous. Rows are copied in 16-byte pieces only
+where the bases and every stride are 16-byte aligned (:func:`_vec`). float16 and
 bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each is instantiated
 for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The tensor-core forward
 gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing every K and V
@@ -9,10 +14,12 @@ backward pass starts with ``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the
 tensor-core backward is then one pass over key blocks that writes dK and dV and adds dQ into a
 zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
 and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
-atomics. Without it, and for float32 / float64, dK/dV per key block and dQ per query block are
-two passes (deterministic). float32 / float64 run the register-tiled scalar kernels
+atomics. Without it, dK/dV per key block and dQ per query block are two passes
+(deterministic). float32 / float64 run the register-tiled scalar kernels
 (``flash_*_simt_tiled``: tiles per (dtype, head dim) in :data:`SIMT_TILES`) unless
-:data:`SIMT_TILED` is False, which selects the first scalar kernels (``flash_*_simt``).
+:data:`SIMT_TILED` is False, which selects the first scalar kernels (``flash_*_simt``). Their
+backward is the same two passes, or with :data:`SIMT_FUSED_DQ` one pass over key blocks that
+adds dQ into a zero-filled buffer of the input's dtype with atomics, then the same last launch.
 The tensor-core kernels copy the next tiles with ``cp.async`` into a second shared-memory
 buffer while they compute on the first. Decode attention splits the cache over enough blocks
 to fill the GPU and merges the partial softmax states in a second launch.
@@ -20,6 +27,7 @@ to fill the GPU and merges the partial softmax states in a second launch.
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
@@ -34,10 +42,13 @@ __all__ = [
     "backward",
     "decode",
     "kernel_names",
+    "layout",
+    "LAYOUT",
     "HEAD_DIMS",
     "FWD_ROWS_PER_WARP",
     "BWD_FUSED_DQ",
     "SIMT_TILED",
+    "SIMT_FUSED_DQ",
     "SIMT_TILES",
 ]
 
@@ -62,19 +73,49 @@ _DQ_BM, _DQ_BN = 64, 32
 _DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
 
 #: float32 / float64: True runs the register-tiled scalar kernels, False the first ones
-#: (32 x 32 tiles, a row per warp); both are exact in the dtype and deterministic.
+#: (32 x 32 tiles, a row per warp); both are exact in the dtype and deterministic (the tiled
+#: backward unless :data:`SIMT_FUSED_DQ`).
 SIMT_TILED = True
+#: float32 / float64 backward with the register-tiled kernels: True runs the fused pass
+#: (``flash_bwd_fused_simt_tiled``: dK and dV per key block, and dQ = dS K added with atomics
+#: into a zero-filled float32 / float64 buffer, then scaled into dq by ``attn_dq_finish``),
+#: which recomputes the scores and probabilities once instead of twice. Its dQ sums then depend
+#: on the order of the atomics, so dq is not bit-for-bit reproducible from run to run
+#: (deterministic=False semantics; the rounding error is of the two passes' size; dk and dv
+#: are unaffected). False (the default): the deterministic dK/dV + dQ passes.
+SIMT_FUSED_DQ = False
 _TILED_THREADS = 256
 #: Tiles of the register-tiled scalar kernels per (dtype, padded head dim 64 or 128):
 #: kernel -> (rows per block, rows per streamed tile, stages, launch-bounds minimum blocks).
-#: Rows per block are queries for "fwd" and "dq", keys for "dkdv". Chosen so that the
-#: double-buffered float32 tiles leave room for two blocks per SM (227 KiB of shared memory,
-#: 128 registers per thread), except the float32 dK/dV at head dim 128 (64 accumulators).
+#: Rows per block are queries for "fwd" and "dq", keys for "dkdv" and "fused" (the fused
+#: backward, :data:`SIMT_FUSED_DQ`). Chosen so that the double-buffered float32 tiles leave room
+#: for two blocks per SM (227 KiB of shared memory, 128 registers per thread), except the
+#: float32 dK/dV and fused passes at head dim 128 (64 accumulators).
 SIMT_TILES: dict[tuple[str, int], dict[str, tuple[int, int, int, int]]] = {
-    ("float32", 64): {"fwd": (64, 64, 2, 2), "dq": (64, 32, 2, 2), "dkdv": (64, 32, 2, 2)},
-    ("float32", 128): {"fwd": (64, 32, 2, 2), "dq": (64, 32, 1, 2), "dkdv": (64, 32, 1, 1)},
-    ("float64", 64): {"fwd": (64, 32, 1, 1), "dq": (64, 32, 1, 1), "dkdv": (64, 32, 1, 1)},
-    ("float64", 128): {"fwd": (32, 32, 1, 1), "dq": (32, 32, 1, 1), "dkdv": (32, 32, 1, 1)},
+    ("float32", 64): {
+        "fwd": (64, 64, 2, 2),
+        "dq": (64, 32, 2, 2),
+        "dkdv": (64, 32, 2, 2),
+        "fused": (64, 32, 2, 2),
+    },
+    ("float32", 128): {
+        "fwd": (64, 32, 2, 2),
+        "dq": (64, 32, 1, 2),
+        "dkdv": (64, 32, 1, 1),
+        "fused": (64, 32, 1, 1),
+    },
+    ("float64", 64): {
+        "fwd": (64, 32, 1, 1),
+        "dq": (64, 32, 1, 1),
+        "dkdv": (64, 32, 1, 1),
+        "fused": (64, 32, 1, 1),
+    },
+    ("float64", 128): {
+        "fwd": (32, 32, 1, 1),
+        "dq": (32, 32, 1, 1),
+        "dkdv": (32, 32, 1, 1),
+        "fused": (32, 32, 1, 1),
+    },
 }
 
 
@@ -94,14 +135,18 @@ def tiled_head_dim(e: int) -> int:
 
 
 def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
-    """Name expressions of the register-tiled scalar kernels (float32 / float64)."""
+    """Name expressions of the register-tiled scalar kernels (float32 / float64): "fwd",
+    "dkdv", "dq", and "fused" and "dq_finish" of the fused backward (:data:`SIMT_FUSED_DQ`)."""
     t, d, c = CTYPE[dtype], tiled_head_dim(e), "true" if causal else "false"
     tiles = SIMT_TILES[(dtype, d)]
-    return {
+    kinds = (("fwd", "fwd"), ("dkdv", "bwd_dkdv"), ("dq", "bwd_dq"), ("fused", "bwd_fused"))
+    names = {
         kind: f"ignis::attn::flash_{what}_simt_tiled<{t}, {d}, {c}, {a}, {b}, {st}, {minb}>"
-        for kind, what in (("fwd", "fwd"), ("dkdv", "bwd_dkdv"), ("dq", "bwd_dq"))
+        for kind, what in kinds
         for a, b, st, minb in [tiles[kind]]
     }
+    names["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}, {t}>"
+    return names
 
 
 def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
@@ -110,7 +155,8 @@ def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     float16 / bfloat16 also get ``"fwd_alt"``: the tensor-core forward that
     :data:`FWD_ROWS_PER_WARP` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
     backward (see :data:`BWD_FUSED_DQ`). float32 / float64 also get ``"fwd_alt"``,
-    ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels :data:`SIMT_TILED` does not select.
+    ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels :data:`SIMT_TILED` does not select, and
+    ``"bwd_fused"`` and ``"dq_finish"``: the fused tiled backward (:data:`SIMT_FUSED_DQ`).
     """
     t, d, c = CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
     kind = "tc" if dtype in _TC else "simt"
@@ -129,7 +175,8 @@ def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
         old = {"fwd": fwd, "dkdv": dkdv, "dq": dq}
         new, alt = (tiled, old) if SIMT_TILED else (old, tiled)
         fwd, dkdv, dq = new["fwd"], new["dkdv"], new["dq"]
-        extra = {f"{key}_alt": name for key, name in alt.items()}
+        extra = {f"{key}_alt": alt[key] for key in ("fwd", "dkdv", "dq")}
+        extra["bwd_fused"], extra["dq_finish"] = tiled["fused"], tiled["dq_finish"]
     return {
         "fwd": fwd,
         **extra,
@@ -139,6 +186,50 @@ def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
         "decode": f"ignis::attn::decode_partial<{t}, {acc}, {d}>",
         "combine": f"ignis::attn::decode_combine<{t}, {acc}>",
     }
+
+
+#: ``ignis::attn::Layout``: the head count, then (batch, head, row) element strides of q, k, v,
+#: out, grad_out, dq, dk and dv.
+LAYOUT = struct.Struct("<25q")
+_UNUSED = (0, 0, 0)
+
+
+def _strides(a: NvArray) -> tuple[int, int, int]:
+    """Element strides of the batch, head and row dims of a 4-D view (0 for a dim of size 1:
+    never stepped, so it cannot spoil the alignment)."""
+    shape, st, item = a.shape, a.strides, a.itemsize
+    return (
+        st[0] // item if shape[0] != 1 else 0,
+        st[1] // item if shape[1] != 1 else 0,
+        st[2] // item if shape[2] != 1 else 0,
+    )
+
+
+def layout(
+    heads: int,
+    q: NvArray | None = None,
+    k: NvArray | None = None,
+    v: NvArray | None = None,
+    out: NvArray | None = None,
+    grad_out: NvArray | None = None,
+    dq: NvArray | None = None,
+    dk: NvArray | None = None,
+    dv: NvArray | None = None,
+) -> bytes:
+    """The packed ``Layout`` argument of the attention kernels (operands left out: zeros).
+
+    Example: ``layout(4, q, k, v, out)`` for a forward over 4 heads.
+    """
+    values = [heads]
+    for a in (q, k, v, out, grad_out, dq, dk, dv):
+        values.extend(_UNUSED if a is None else _strides(a))
+    return LAYOUT.pack(*values)
+
+
+def _check_heads(bh: int) -> None:
+    """The kernels split the flat head index with 32-bit arithmetic."""
+    if bh >= 2**31:
+        raise ValueError(f"attention: {bh} (batch, head) pairs; the kernels take fewer than 2**31")
 
 
 def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], smem: int = 0) -> None:
@@ -153,11 +244,19 @@ def _bh_chunks(bh: int):
         yield start, min(MAX_GRID_Y, bh - start)
 
 
+def _aligned16(a: NvArray) -> bool:
+    """The first element and every stepped batch, head and row stride 16-byte aligned."""
+    if a._backend.data_ptr(a) % 16:
+        return False
+    return all(s % 16 == 0 or n == 1 for n, s in zip(a.shape[:3], a.strides[:3], strict=True))
+
+
 def _vec(e: int, *arrays: NvArray) -> int:
-    """1 when rows can be copied in 16-byte pieces (E % 8 == 0, 16-byte aligned bases)."""
+    """1 when rows can be copied in 16-byte pieces (E % 8 == 0 for the 16-bit types, 16-byte
+    aligned bases and strides)."""
     if e % 8:
         return 0
-    return int(all(a._backend.data_ptr(a) % 16 == 0 for a in arrays))
+    return int(all(_aligned16(a) for a in arrays))
 
 
 def _ceil(a: int, b: int) -> int:
@@ -166,15 +265,15 @@ def _ceil(a: int, b: int) -> int:
 
 def _vec_simt(e: int, itemsize: int, *arrays: NvArray) -> int:
     """1 when rows can be copied in 16-byte pieces (E elements a multiple of 16 bytes, 16-byte
-    aligned bases)."""
+    aligned bases and strides)."""
     if (e * itemsize) % 16:
         return 0
-    return int(all(a._backend.data_ptr(a) % 16 == 0 for a in arrays))
+    return int(all(_aligned16(a) for a in arrays))
 
 
 def tiled_smem(dtype: str, e: int, kind: str) -> int:
-    """Dynamic shared memory (bytes) of a register-tiled scalar kernel ("fwd", "dq", "dkdv");
-    the kernels trap when given less."""
+    """Dynamic shared memory (bytes) of a register-tiled scalar kernel ("fwd", "dq", "dkdv",
+    "fused"); the kernels trap when given less."""
     d = tiled_head_dim(e)
     a, b, st, _ = SIMT_TILES[(dtype, d)][kind]
     ld, size = d + 4, 8 if dtype == "float64" else 4
@@ -184,6 +283,8 @@ def tiled_smem(dtype: str, e: int, kind: str) -> int:
         n = 2 * a * ld + 2 * st * b * ld + a * (b + 4)
     else:  # K and V tiles, Q and dO tiles per stage, P^T and dS^T tiles, lse and D per stage
         n = 2 * a * ld + 2 * st * b * ld + 2 * a * (b + 4) + 2 * st * b
+        if kind == "fused":  # and the dS tile (queries x keys)
+            n += b * (a + 4)
     return n * size
 
 
@@ -200,8 +301,10 @@ def forward(
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
+    _check_heads(bh)
     names = kernel_names(q.dtype.name, e, causal)
     ptr = backend.data_ptr
+    lay = layout(h, q, k, v, out)
     for bh0, count in _bh_chunks(bh):
         if q.dtype.name in _TC:
             bm = 4 * FWD_ROWS_PER_WARP  # 4 warps
@@ -219,6 +322,7 @@ def forward(
                 scale * LOG2E,
                 _vec(e, q, k, v),
                 bh0,
+                lay,
             ]
             _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
         elif SIMT_TILED:
@@ -226,11 +330,11 @@ def forward(
             smem = tiled_smem(q.dtype.name, e, "fwd")
             vec = _vec_simt(e, q.dtype.itemsize, q, k, v)
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, vec]
-            args.append(bh0)
+            args += [bh0, lay]
             _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TILED_THREADS, args, smem)
         else:
             smem = _SIMT_B * (3 * d + 1) * q.dtype.itemsize
-            args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0]
+            args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0, lay]
             _launch(backend, names["fwd"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
 
 
@@ -251,8 +355,10 @@ def backward(
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
+    _check_heads(bh)
     names = kernel_names(q.dtype.name, e, causal)
     ptr = backend.data_ptr
+    lay = layout(h, q, k, v, out, grad_out, dq, dk, dv)
     rows = bh * n_q
     dvec = _temp(backend, (rows,), lse.dtype)
     rows_per_block = 8  # a warp per row
@@ -261,14 +367,15 @@ def backward(
         names["rowdot"],
         min(_ceil(rows, rows_per_block), 1 << 20),
         256,
-        [ptr(grad_out), ptr(out), ptr(dvec), rows, e],
+        [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay],
     )
     tc = q.dtype.name in _TC
     if tc and BWD_FUSED_DQ:
-        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale)
+        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
         return
     if not tc and SIMT_TILED:
-        _backward_tiled(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale)
+        run = _backward_tiled_fused if SIMT_FUSED_DQ else _backward_tiled
+        run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
         return
     for bh0, count in _bh_chunks(bh):
         if tc:
@@ -291,6 +398,7 @@ def backward(
                 scale * LOG2E,
                 vec,
                 bh0,
+                lay,
             ]
             _launch(backend, names["dkdv"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
             smem = 4 * _DQ_BN * (d + 8) * 2  # K and V tiles, two buffers each
@@ -309,6 +417,7 @@ def backward(
                 scale * LOG2E,
                 vec,
                 bh0,
+                lay,
             ]
             _launch(backend, names["dq"], (_ceil(n_q, _DQ_BM), count), _TC_THREADS, args, smem)
         else:
@@ -327,6 +436,7 @@ def backward(
                 e,
                 scale,
                 bh0,
+                lay,
             ]
             _launch(backend, names["dkdv"], (_ceil(n_k, _SIMT_B), count), _SIMT_THREADS, args, smem)
             args = [
@@ -342,6 +452,7 @@ def backward(
                 e,
                 scale,
                 bh0,
+                lay,
             ]
             _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
 
@@ -359,6 +470,7 @@ def _backward_fused(
     lse: NvArray,
     names: dict[str, str],
     scale: float,
+    lay: bytes,
 ) -> None:
     """dK, dV and float32 dQ sums in one pass over key blocks, then dQ scaled and rounded."""
     b, h, n_q, e = q.shape
@@ -390,14 +502,16 @@ def _backward_fused(
             scale * LOG2E,
             vec,
             bh0,
+            lay,
         ]
         _launch(backend, names["bwd_fused"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
+    rows = bh * n_q  # a warp per row, 8 per block
     _launch(
         backend,
         names["dq_finish"],
-        min(_ceil(n, 256), 1 << 16),
+        min(_ceil(rows, 8), 1 << 20),
         256,
-        [ptr(dq_acc), ptr(dq), n, scale],
+        [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay],
     )
 
 
@@ -414,6 +528,7 @@ def _backward_tiled(
     lse: NvArray,
     names: dict[str, str],
     scale: float,
+    lay: bytes,
 ) -> None:
     """float32 / float64: dK and dV per key block, then dQ per query block (register-tiled)."""
     b, h, n_q, e = q.shape
@@ -427,11 +542,51 @@ def _backward_tiled(
     smem_kv, smem_q = tiled_smem(dtype, e, "dkdv"), tiled_smem(dtype, e, "dq")
     for bh0, count in _bh_chunks(b * h):
         grid = (_ceil(n_k, tiles["dkdv"][0]), count)
-        args = [*common, ptr(dk), ptr(dv), *sizes, bh0]
+        args = [*common, ptr(dk), ptr(dv), *sizes, bh0, lay]
         _launch(backend, names["dkdv"], grid, _TILED_THREADS, args, smem_kv)
         grid = (_ceil(n_q, tiles["dq"][0]), count)
-        args = [*common, ptr(dq), *sizes, bh0]
+        args = [*common, ptr(dq), *sizes, bh0, lay]
         _launch(backend, names["dq"], grid, _TILED_THREADS, args, smem_q)
+
+
+def _backward_tiled_fused(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    dvec: NvArray,
+    lse: NvArray,
+    names: dict[str, str],
+    scale: float,
+    lay: bytes,
+) -> None:
+    """float32 / float64: dK, dV and dQ sums (in the dtype, by atomics) in one pass over key
+    blocks (register-tiled), then dQ scaled into place."""
+    b, h, n_q, e = q.shape
+    n_k = k.shape[2]
+    dtype = q.dtype.name
+    bm = SIMT_TILES[(dtype, tiled_head_dim(e))]["fused"][0]
+    ptr = backend.data_ptr
+    rows = b * h * n_q
+    dq_acc = _temp(backend, (rows * e,), q.dtype)
+    backend.fill(dq_acc, 0.0)
+    vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
+    smem = tiled_smem(dtype, e, "fused")
+    for bh0, count in _bh_chunks(b * h):
+        args = [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec), ptr(dk), ptr(dv)]
+        args += [ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec, bh0, lay]
+        _launch(backend, names["bwd_fused"], (_ceil(n_k, bm), count), _TILED_THREADS, args, smem)
+    _launch(  # a warp per row, 8 per block
+        backend,
+        names["dq_finish"],
+        min(_ceil(rows, 8), 1 << 20),
+        256,
+        [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay],
+    )
 
 
 def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:

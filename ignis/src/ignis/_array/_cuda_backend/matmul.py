@@ -35,7 +35,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ... import _cublas
+from ... import _cublas, _cublaslt
 from ... import _dtypes as dt
 from ..._device import activate
 from ..._errors import IgnisError
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "matmul",
+    "matmul_bias",
+    "matmul_row_sums",
     "set_allow_tf32",
     "get_allow_tf32",
     "set_cublas_enabled",
@@ -71,6 +73,11 @@ _cublas_enabled = os.environ.get("IGNIS_DISABLE_CUBLAS", "").strip().lower() not
 )
 # Tests only: force the own kernels of one family ("simt" or "tc") regardless of the dtype.
 _force_family: str | None = None
+# cuBLASLt serves repeated products (cached plans) and the fused bias epilogues where it loads;
+# IGNIS_DISABLE_CUBLASLT=1 keeps every product on cublasGemmStridedBatchedEx.
+_lt_enabled = os.environ.get("IGNIS_DISABLE_CUBLASLT", "").strip().lower() not in (
+    "1", "true", "yes", "on",
+)
 
 
 def set_allow_tf32(flag: bool) -> None:
@@ -195,8 +202,31 @@ def collapse_batch(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tu
 # --- the hook ----------------------------------------------------------------------------------
 
 
+# Plans of products cuBLAS ran without a temporary: (dtypes, shapes, strides, alpha, beta,
+# device, switches) -> (library, swap, calls). A repeated product then only binds the three
+# base addresses and calls cuBLAS (every training step repeats the same products).
+_blas_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_PLAN_LIMIT = 1024
+
+
 def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
     """The CUDA backend's matmul hook (contract: :meth:`ignis._array._backend.Backend.matmul`)."""
+    gpu = backend.gpu
+    key = (out._dtype, out._shape, out._strides, a._dtype, a._shape, a._strides, b._dtype,
+           b._shape, b._strides, alpha, beta, gpu, _allow_tf32, _cublas_enabled, _force_family,
+           _lt_enabled)
+    plan = _blas_plans.get(key)
+    if plan is not None and plan[0] is _cublas.load():  # the library tests may reset
+        activate(gpu)
+        ptr = backend.data_ptr
+        _run_plan(backend, backend.stream.ptr, plan, ptr(a), ptr(b), ptr(out))
+        return
+    _matmul_planned(backend, out, a, b, alpha, beta, key)
+
+
+def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float,
+                    beta: float, key: tuple[Any, ...]) -> None:
+    """:func:`matmul` in full; remembers a cuBLAS plan under ``key`` when it needed no copy."""
     if out.numel == 0:
         return
     dtype = out.dtype
@@ -222,7 +252,7 @@ def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, bet
     done = False
     if lib is not None:
         done = _cublas_matmul(lib, backend, stream, dtype, batch, m, n, k, a, b, am, bm, cm,
-                              target, alpha, beta, keep)
+                              target, alpha, beta, keep, key if target is out else None)
     if not done:
         cc = backend.gpu.compute_capability
         for launch in plan_own_gemm(dtype, cc, _allow_tf32, batch, m, n, k, am, bm, cm,
@@ -232,6 +262,92 @@ def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, bet
                           shared_mem=launch.shared_mem, stream=stream)
     if target is not out:
         backend.copy(out, target)
+
+
+# --- fused epilogues (cuBLASLt) ----------------------------------------------------------------
+
+# (kind, dtype, shapes, strides, device, switches) -> (LtPlan, swap, alpha, beta), or None where
+# the product cannot take the epilogue (the caller then runs the unfused default).
+_epilogue_plans: dict[tuple[Any, ...], Any] = {}
+_EPILOGUE_DTYPES = (dt.float16, dt.bfloat16, dt.float32)
+
+
+def matmul_bias(backend: Any, out: NvArray, a: NvArray, b: NvArray, bias: NvArray) -> bool:
+    """``out = a @ b + bias`` (bias along rows) as one cuBLASLt call with the bias epilogue;
+    False where that is not possible (the backend then runs the unfused default)."""
+    return _epilogue(backend, "bias", out, a, b, bias)
+
+
+def matmul_row_sums(backend: Any, out: NvArray, sums: NvArray, a: NvArray, b: NvArray) -> bool:
+    """``out = a @ b`` and ``sums = a.sum(axis=1)`` as one cuBLASLt call with a bias-gradient
+    epilogue; False where that is not possible (the backend then runs the unfused default)."""
+    return _epilogue(backend, "row_sums", out, a, b, sums)
+
+
+def _epilogue(backend: Any, kind: str, out: NvArray, a: NvArray, b: NvArray,
+              vector: NvArray) -> bool:
+    gpu = backend.gpu
+    key = (kind, out._dtype, out._shape, out._strides, a._dtype, a._shape, a._strides,
+           b._dtype, b._shape, b._strides, vector._dtype, vector._strides, gpu, _allow_tf32,
+           _cublas_enabled, _force_family, _lt_enabled)
+    entry = _epilogue_plans.get(key, _NOT_PLANNED)
+    if entry is _NOT_PLANNED:
+        activate(gpu)
+        entry = _plan_epilogue(backend, kind, out, a, b, vector)
+        if len(_epilogue_plans) >= _PLAN_LIMIT:
+            _epilogue_plans.clear()
+        _epilogue_plans[key] = entry
+    if entry is None:
+        return False
+    ptr = backend.data_ptr
+    pa, pb, pc, pv = ptr(a), ptr(b), ptr(out), ptr(vector)
+    if (pa | pb | pc | pv) & 255:  # the plan's algorithm assumes 256-byte aligned operands
+        return False
+    lt_plan, swap, alpha, beta = entry
+    activate(gpu)
+    first, second = (pb, pa) if swap else (pa, pb)
+    _lt_run(backend, lt_plan, alpha, first, second, beta, pc, pv, backend.stream.ptr)
+    return True
+
+
+_NOT_PLANNED: Any = object()
+
+
+def _plan_epilogue(backend: Any, kind: str, out: NvArray, a: NvArray, b: NvArray,
+                   vector: NvArray) -> Any:
+    """The cuBLASLt plan of a fused product, or None where it cannot be fused."""
+    dtype = out.dtype
+    if (not (_cublas_enabled and _lt_enabled) or _force_family is not None
+            or dtype not in _EPILOGUE_DTYPES or a.dtype is not dtype or b.dtype is not dtype
+            or vector.dtype is not dtype or out.ndim != 2 or a.ndim != 2 or b.ndim != 2
+            or vector.ndim != 1 or out.numel == 0 or a.shape[1] == 0
+            or _cublas.load() is None or _cublaslt.load() is None):
+        return None
+    if vector.shape[0] > 1 and vector.strides[0] != dtype.itemsize:
+        return None
+    m, n = out.shape
+    k = a.shape[1]
+    am, bm, cm = _as_mat(backend, a), _as_mat(backend, b), _as_mat(backend, out)
+    if am is None or bm is None or cm is None or max(m, n, k) > _INT_MAX:
+        return None
+    lays = (blas_layout(m, k, am.rs, am.cs), blas_layout(k, n, bm.rs, bm.cs),
+            blas_layout(m, n, cm.rs, cm.cs))
+    if None in lays or max(lay[1] for lay in lays) > _INT_MAX:
+        return None
+    swap, calls = _blas_calls(dtype, (), m, n, k, am, lays[0], bm, lays[1], cm, lays[2],
+                              1.0, 0.0)
+    if kind == "bias":
+        # The epilogue adds one value per row of cuBLAS's column-major result: per column of
+        # ``out`` exactly when ``out`` is row-major (computed as its transpose).
+        if not swap:
+            return None
+        epilogue = _cublaslt.EPILOGUE_BIAS
+    else:  # sums of ``a`` over k: cuBLAS's second operand when swapped, else its first
+        epilogue = _cublaslt.EPILOGUE_BGRADB if swap else _cublaslt.EPILOGUE_BGRADA
+    lt_plan = _lt_plain_plan(backend.gpu, calls, epilogue)
+    if lt_plan is None:
+        return None
+    return lt_plan, swap, calls[0][5], calls[0][14]
 
 
 def _scratch_like(backend: Any, out: NvArray, beta: float, keep: list[Any]) -> NvArray:
@@ -275,9 +391,11 @@ def blas_layout(rows: int, cols: int, rs: int, cs: int) -> tuple[str, int] | Non
 
 def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, ...],
                    m: int, n: int, k: int, a: NvArray, b: NvArray, am: Mat, bm: Mat, cm: Mat,
-                   target: NvArray, alpha: float, beta: float, keep: list[Any]) -> bool:
+                   target: NvArray, alpha: float, beta: float, keep: list[Any],
+                   key: tuple[Any, ...] | None = None) -> bool:
     """Queue the product through cuBLAS; False when cuBLAS cannot take it (the caller then
-    uses the own kernels)."""
+    uses the own kernels). With ``key``, a product that needed no copy is remembered in
+    :data:`_blas_plans`."""
     if max(m, n, k) > _INT_MAX:
         return False
     c_lay = blas_layout(m, n, cm.rs, cm.cs)
@@ -288,28 +406,61 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
             return False
         backend.copy(target, scratch)
         return True
+    copied = False
     a_lay = blas_layout(m, k, am.rs, am.cs)
     if a_lay is None:
-        am = _compact_copy(backend, a, keep)
+        am, copied = _compact_copy(backend, a, keep), True
         a_lay = blas_layout(m, k, am.rs, am.cs)
     b_lay = blas_layout(k, n, bm.rs, bm.cs)
     if b_lay is None:
-        bm = _compact_copy(backend, b, keep)
+        bm, copied = _compact_copy(backend, b, keep), True
         b_lay = blas_layout(k, n, bm.rs, bm.cs)
     assert a_lay is not None and b_lay is not None
     if max(a_lay[1], b_lay[1], c_lay[1]) > _INT_MAX:
         return False
+    swap, calls = _blas_calls(dtype, batch, m, n, k, am, a_lay, bm, b_lay, cm, c_lay,
+                              alpha, beta)
+    remember = key is not None and not copied
+    # A remembered product runs through cuBLASLt from its first call on, so that every call
+    # of it gives the same bits.
+    lt_plan = _lt_plain_plan(backend.gpu, calls) if remember else None
+    plan = (lib, swap, calls, lt_plan)
+    try:
+        _run_plan(backend, stream.ptr, plan, am.ptr, bm.ptr, cm.ptr)
+    except _cublas.CublasError as exc:
+        if exc.code in _BLAS_FALLBACK and len(calls) == 1:
+            logger.debug("cuBLAS refused a %s matmul (%s); using ignis's own kernels",
+                         dtype.name, exc)
+            return False
+        raise
+    if remember:
+        if len(_blas_plans) >= _PLAN_LIMIT:
+            _blas_plans.clear()
+        _blas_plans[key] = plan
+    return True
 
+
+def _blas_calls(dtype: dt.DType, batch: tuple[int, ...], m: int, n: int, k: int,
+                am: Mat, a_lay: tuple[str, int], bm: Mat, b_lay: tuple[str, int],
+                cm: Mat, c_lay: tuple[str, int], alpha: float, beta: float
+                ) -> tuple[bool, tuple[tuple[Any, ...], ...]]:
+    """The ``cublasGemmStridedBatchedEx`` calls of one product, base addresses left out.
+
+    Returns ``(swap, calls)``: ``swap`` says that cuBLAS's first operand is ``b`` (a row-major
+    result is computed as ``C^T = B^T @ A^T``); each call holds the arguments of
+    :meth:`CublasLibrary.gemm_strided_batched` after the handle and stream, with the three
+    matrix addresses replaced by byte offsets from the operands' bases (see :func:`_run_blas`).
+    """
     if c_lay[0] == "row":
         # C^T (n x m, column-major) = B^T @ A^T: B's storage read column-major is B^T when B is
         # row-major (no transpose) and B when it is column-major (transpose); same for A.
-        first, second = (bm, b_lay), (am, a_lay)
+        swap, first, second = True, (bm, b_lay), (am, a_lay)
         mm, nn = n, m
         op_first = _cublas.CUBLAS_OP_N if b_lay[0] == "row" else _cublas.CUBLAS_OP_T
         op_second = _cublas.CUBLAS_OP_N if a_lay[0] == "row" else _cublas.CUBLAS_OP_T
     else:
         # C (m x n, column-major) = A @ B directly.
-        first, second = (am, a_lay), (bm, b_lay)
+        swap, first, second = False, (am, a_lay), (bm, b_lay)
         mm, nn = m, n
         op_first = _cublas.CUBLAS_OP_N if a_lay[0] == "col" else _cublas.CUBLAS_OP_T
         op_second = _cublas.CUBLAS_OP_N if b_lay[0] == "col" else _cublas.CUBLAS_OP_T
@@ -327,31 +478,79 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
     else:
         inner, inner_strides = 1, (0, 0, 0)
         outer = shape
-    handle = lib.handle(backend.gpu)
-    alpha_c, beta_c = scale(alpha), scale(beta)
-    try:
-        for idx in itertools.product(*(range(s) for s in outer)):
-            o1 = sum(i * s for i, s in zip(idx, s1, strict=False))
-            o2 = sum(i * s for i, s in zip(idx, s2, strict=False))
-            o3 = sum(i * s for i, s in zip(idx, sc, strict=False))
-            for start in range(0, inner, _INT_MAX):
-                count = min(inner - start, _INT_MAX)
-                lib.gemm_strided_batched(
-                    handle, stream.ptr, op_first, op_second, mm, nn, k, alpha_c,
-                    first[0].ptr + (o1 + start * inner_strides[0]) * item, dtype_code,
-                    first[1][1], inner_strides[0],
-                    second[0].ptr + (o2 + start * inner_strides[1]) * item, dtype_code,
-                    second[1][1], inner_strides[1],
-                    beta_c, cm.ptr + (o3 + start * inner_strides[2]) * item, dtype_code,
-                    c_lay[1], inner_strides[2], count, compute,
-                )
-    except _cublas.CublasError as exc:
-        if exc.code in _BLAS_FALLBACK and not outer:
-            logger.debug("cuBLAS refused a %s matmul (%s); using ignis's own kernels",
-                         dtype.name, exc)
-            return False
-        raise
-    return True
+    # The scalars are read by cuBLAS on the host during the call; one pair serves every call.
+    alpha_ref, beta_ref = ctypes.byref(scale(alpha)), ctypes.byref(scale(beta))
+    calls = []
+    for idx in itertools.product(*(range(s) for s in outer)):
+        o1 = sum(i * s for i, s in zip(idx, s1, strict=False))
+        o2 = sum(i * s for i, s in zip(idx, s2, strict=False))
+        o3 = sum(i * s for i, s in zip(idx, sc, strict=False))
+        for start in range(0, inner, _INT_MAX):
+            count = min(inner - start, _INT_MAX)
+            calls.append((
+                op_first, op_second, mm, nn, k, alpha_ref,
+                (o1 + start * inner_strides[0]) * item, dtype_code, first[1][1],
+                inner_strides[0],
+                (o2 + start * inner_strides[1]) * item, dtype_code, second[1][1],
+                inner_strides[1],
+                beta_ref, (o3 + start * inner_strides[2]) * item, dtype_code, c_lay[1],
+                inner_strides[2], count, compute,
+            ))
+    return swap, tuple(calls)
+
+
+def _run_plan(backend: Any, stream: int, plan: tuple[Any, ...], pa: int, pb: int,
+              pc: int) -> None:
+    """Run a product planned by :func:`_cublas_matmul` on operands at ``pa``, ``pb`` and result
+    at ``pc``: one cuBLASLt call where it has a plan and every address is 256-byte aligned (what
+    its algorithms assume), else the cuBLAS calls."""
+    lib, swap, calls, lt_plan = plan
+    first, second = (pb, pa) if swap else (pa, pb)
+    if lt_plan is not None and not (pa | pb | pc) & 255:
+        call = calls[0]
+        _lt_run(backend, lt_plan, call[5], first, second, call[14], pc, 0, stream)
+        return
+    _run_blas(lib, lib.handle(backend.gpu), stream, calls, first, second, pc)
+
+
+def _lt_run(backend: Any, lt_plan: Any, alpha: Any, first: int, second: int, beta: Any, c: int,
+            vector: int, stream: int) -> None:
+    """One cuBLASLt product with its workspace (allocated stream-ordered for the call)."""
+    lt = _cublaslt.load()
+    gpu = backend.gpu
+    if lt_plan.workspace:
+        scratch = backend.alloc(lt_plan.workspace)  # freed after the call, in stream order
+        lt.matmul(lt.handle(gpu), lt_plan, alpha, first, second, beta, c, vector, scratch.ptr,
+                  stream)
+        del scratch
+    else:
+        lt.matmul(lt.handle(gpu), lt_plan, alpha, first, second, beta, c, vector, 0, stream)
+
+
+def _lt_plain_plan(gpu: Any, calls: tuple[tuple[Any, ...], ...],
+                   epilogue: int = _cublaslt.EPILOGUE_DEFAULT) -> Any:
+    """The cuBLASLt plan of a product that is one cuBLAS call at offset 0 (None where cuBLASLt
+    is off, missing or has no algorithm for it)."""
+    lt = _cublaslt.load() if _lt_enabled else None
+    if lt is None or len(calls) != 1:
+        return None
+    (op1, op2, mm, nn, k, _alpha, o1, t1, ld1, s1, o2, _t2, ld2, s2, _beta, oc, _tc, ldc, sc,
+     count, compute) = calls[0]
+    if o1 or o2 or oc:
+        return None
+    return lt.plan(t1, compute, op1, op2, mm, nn, k, ld1, ld2, ldc, count, s1, s2, sc,
+                   epilogue, handle=lt.handle(gpu))
+
+
+def _run_blas(lib: Any, handle: int, stream: int, calls: tuple[tuple[Any, ...], ...],
+              first: int, second: int, c: int) -> None:
+    """Issue the calls of :func:`_blas_calls` with cuBLAS's first and second operand and the
+    result at base addresses ``first``, ``second`` and ``c``."""
+    gemm = lib.gemm_strided_batched
+    for (op1, op2, mm, nn, k, alpha, o1, t1, ld1, s1, o2, t2, ld2, s2, beta, oc, tc, ldc, sc,
+         count, compute) in calls:
+        gemm(handle, stream, op1, op2, mm, nn, k, alpha, first + o1, t1, ld1, s1,
+             second + o2, t2, ld2, s2, beta, c + oc, tc, ldc, sc, count, compute)
 
 
 # --- the own kernels ---------------------------------------------------------------------------

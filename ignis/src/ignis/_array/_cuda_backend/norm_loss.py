@@ -62,6 +62,36 @@ REDUCE_THREADS = 1024  # the single block of ce_reduce
 
 _BOOL = {False: "false", True: "true"}
 
+# Plans of the norm kernels: kernel names, grids, blocks and split sizes per (problem, dtypes,
+# alignment of every pointer, tuning knobs); a repeated call (every layer of every step) skips
+# the configuration arithmetic and builds only its arguments.
+_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_PLAN_LIMIT = 1024
+
+
+def _knobs() -> tuple[Any, ...]:
+    """The module's tuning knobs (part of a plan's key: tests change them)."""
+    return (
+        WARP_MAX_N,
+        WARP_BYTES,
+        BLOCK_BYTES,
+        BLOCK_BYTES_OF_DATA,
+        BLOCK_MIN_THREADS,
+        WARP_ROWS_PER_BLOCK,
+        PARAM_TARGET_BLOCKS,
+        PARAM_MIN_ROWS,
+        PARAM_VECTOR_LOADS,
+        PARAM_BLOCK_Y,
+        MAX_GRID,
+    )
+
+
+def _remember(key: tuple[Any, ...], plan: tuple[Any, ...]) -> tuple[Any, ...]:
+    if len(_plans) >= _PLAN_LIMIT:
+        _plans.clear()
+    _plans[key] = plan
+    return plan
+
 
 def _launch(backend: Any, source: str, name: str, grid: Any, block: Any, args: list[Any]) -> None:
     """Queue ``name`` of ``cuda_src/<source>`` on the backend's current stream."""
@@ -151,33 +181,45 @@ def _norm_forward(
     eps: float,
     rms: bool,
 ) -> None:
-    rows, n = x.shape
-    t = CTYPE[x.dtype.name]
-    param = weight if weight is not None else bias
-    p = CTYPE[param.dtype.name] if param is not None else t
-    x_ptr, y_ptr = backend.data_ptr(x), backend.data_ptr(y)
+    rows, n = x._shape
+    data_ptr = backend.data_ptr
+    x_ptr, y_ptr = data_ptr(x), data_ptr(y)
     w_ptr, b_ptr = _ptr(backend, weight), _ptr(backend, bias)
-    vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr, w_ptr, b_ptr])
-    cfg = row_config(n, vec, _w_size(x.dtype), 1, _data_size(x.dtype))
+    param = weight if weight is not None else bias
+    key = (
+        "fwd",
+        rows,
+        n,
+        x._dtype.name,
+        None if param is None else param._dtype.name,
+        rms,
+        x_ptr % 16,
+        y_ptr % 16,
+        None if w_ptr is None else w_ptr % 16,
+        None if b_ptr is None else b_ptr % 16,
+        _knobs(),
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        t = CTYPE[x.dtype.name]
+        p = CTYPE[param.dtype.name] if param is not None else t
+        vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr, w_ptr, b_ptr])
+        cfg = row_config(n, vec, _w_size(x.dtype), 1, _data_size(x.dtype))
+        name = f"ignis::norm_fwd<{t}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>"
+        plan = _remember(key, (name, _grid(rows, cfg), cfg[2]))
+    name, grid, block = plan
     args = [
         x_ptr,
         w_ptr,
         b_ptr,
         y_ptr,
         _ptr(backend, mean),
-        backend.data_ptr(rstd),
+        data_ptr(rstd),
         rows,
         n,
         float(eps),
     ]
-    _launch(
-        backend,
-        "norm.cu",
-        f"ignis::norm_fwd<{t}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
-        _grid(rows, cfg),
-        cfg[2],
-        args,
-    )
+    _launch(backend, "norm.cu", name, grid, block, args)
 
 
 def _grid(rows: int, cfg: tuple[bool, int, int]) -> int:
@@ -197,25 +239,104 @@ def _norm_backward(
     weight: NvArray | None,
     rms: bool,
 ) -> None:
-    rows, n = x.shape
-    t, g = CTYPE[x.dtype.name], CTYPE[grad_y.dtype.name]
-    g_ptr, x_ptr = backend.data_ptr(grad_y), backend.data_ptr(x)
-    mean_ptr, rstd_ptr = _ptr(backend, mean), backend.data_ptr(rstd)
-    if grad_x is not None:
-        p = CTYPE[weight.dtype.name] if weight is not None else t
-        gx_ptr, w_ptr = backend.data_ptr(grad_x), _ptr(backend, weight)
-        vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr, w_ptr])
-        cfg = row_config(n, vec, _w_size(x.dtype), 2, _data_size(x.dtype))
+    rows, n = x._shape
+    data_ptr = backend.data_ptr
+    g_ptr, x_ptr = data_ptr(grad_y), data_ptr(x)
+    mean_ptr, rstd_ptr = _ptr(backend, mean), data_ptr(rstd)
+    gx_ptr = _ptr(backend, grad_x)
+    w_ptr = _ptr(backend, weight) if grad_x is not None else None
+    key = (
+        "bwd",
+        rows,
+        n,
+        x._dtype.name,
+        grad_y._dtype.name,
+        None if weight is None else weight._dtype.name,
+        grad_x is not None,
+        grad_weight is None,
+        grad_bias is None,
+        None if grad_weight is None else grad_weight._dtype.name,
+        rms,
+        g_ptr % 16,
+        x_ptr % 16,
+        None if gx_ptr is None else gx_ptr % 16,
+        None if w_ptr is None else w_ptr % 16,
+        _knobs(),
+    )
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _remember(
+            key,
+            _plan_backward(
+                grad_x, grad_weight, grad_bias, grad_y, x, weight, rms, g_ptr, x_ptr, gx_ptr, w_ptr
+            ),
+        )
+    row_launch, param_plan = plan
+    if row_launch is not None:
+        name, grid, block = row_launch
         _launch(
             backend,
             "norm.cu",
+            name,
+            grid,
+            block,
+            [g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, rows, n],
+        )
+    if param_plan is None:
+        return
+    splits, per_split, w_dtype, partials, finish = param_plan
+    pw = _temp(backend, (splits, n), w_dtype)
+    pb = _temp(backend, (splits, n), w_dtype) if grad_bias is not None else None
+    pw_ptr = data_ptr(pw)
+    _launch(
+        backend,
+        "norm.cu",
+        partials[0],
+        partials[1],
+        partials[2],
+        [g_ptr, x_ptr, mean_ptr, rstd_ptr, pw_ptr, _ptr(backend, pb), rows, n, per_split],
+    )
+    gw = grad_weight if grad_weight is not None else _temp(backend, (n,), w_dtype)
+    _launch(
+        backend,
+        "norm.cu",
+        finish[0],
+        finish[1],
+        finish[2],
+        [pw_ptr, _ptr(backend, pb), data_ptr(gw), _ptr(backend, grad_bias), splits, n],
+    )
+
+
+def _plan_backward(
+    grad_x: NvArray | None,
+    grad_weight: NvArray | None,
+    grad_bias: NvArray | None,
+    grad_y: NvArray,
+    x: NvArray,
+    weight: NvArray | None,
+    rms: bool,
+    g_ptr: int,
+    x_ptr: int,
+    gx_ptr: int | None,
+    w_ptr: int | None,
+) -> tuple[Any, ...]:
+    """``(row launch, parameter plan)`` of :func:`_norm_backward`: the input-gradient kernel's
+    ``(name, grid, block)`` (None without ``grad_x``) and ``(splits, rows per split, partials
+    dtype, partials launch, finish launch)`` for the weight/bias gradients (None without them)."""
+    rows, n = x.shape
+    t, g = CTYPE[x.dtype.name], CTYPE[grad_y.dtype.name]
+    row_launch = None
+    if grad_x is not None:
+        p = CTYPE[weight.dtype.name] if weight is not None else t
+        vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr, w_ptr])
+        cfg = row_config(n, vec, _w_size(x.dtype), 2, _data_size(x.dtype))
+        row_launch = (
             f"ignis::norm_bwd<{t}, {g}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
             _grid(rows, cfg),
             cfg[2],
-            [g_ptr, x_ptr, w_ptr, mean_ptr, rstd_ptr, gx_ptr, rows, n],
         )
     if grad_weight is None and grad_bias is None:
-        return
+        return row_launch, None
     w_dtype = dt.float64 if x.dtype == dt.float64 else dt.float32
     pvec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr]) if PARAM_VECTOR_LOADS else 1
     col_tiles = -(-n // (32 * pvec))
@@ -224,43 +345,18 @@ def _norm_backward(
         splits = max(1, min(-(-PARAM_TARGET_BLOCKS // col_tiles), rows // PARAM_MIN_ROWS))
     per_split = -(-rows // splits)
     splits = -(-rows // per_split)
-    pw = _temp(backend, (splits, n), w_dtype)
-    pb = _temp(backend, (splits, n), w_dtype) if grad_bias is not None else None
-    _launch(
-        backend,
-        "norm.cu",
+    out = CTYPE[grad_weight.dtype.name] if grad_weight is not None else CTYPE[w_dtype.name]
+    partials = (
         f"ignis::norm_param_partials<{t}, {g}, {pvec}, {_BOOL[rms]}>",
         (col_tiles, splits),
         (32, PARAM_BLOCK_Y),
-        [
-            g_ptr,
-            x_ptr,
-            mean_ptr,
-            rstd_ptr,
-            backend.data_ptr(pw),
-            _ptr(backend, pb),
-            rows,
-            n,
-            per_split,
-        ],
     )
-    gw = grad_weight if grad_weight is not None else _temp(backend, (n,), w_dtype)
-    out = CTYPE[gw.dtype.name]
-    _launch(
-        backend,
-        "norm.cu",
+    finish = (
         f"ignis::norm_param_finish<{_w_ctype(x.dtype)}, {out}>",
         min(MAX_GRID, -(-n // 256)),
         256,
-        [
-            backend.data_ptr(pw),
-            _ptr(backend, pb),
-            backend.data_ptr(gw),
-            _ptr(backend, grad_bias),
-            splits,
-            n,
-        ],
     )
+    return row_launch, (splits, per_split, w_dtype, partials, finish)
 
 
 def layer_norm(

@@ -110,15 +110,20 @@ MAX_OUTER_DIMS = 8
 
 Dims = list[tuple[int, int]]  # (size, element stride), outermost first
 
-# Recipes: a reduction that came down to one launch reading ``x`` in place and writing ``out``
-# directly is remembered as ``(kernel, grid, block, input pointer delta, arguments after the two
-# pointers)``, keyed by everything the planning read: op, dtypes, shapes, strides, axes, the
-# input address modulo 16 (alignment picks 16-byte packs) and the backend. A repeated call then
-# skips planning and goes straight to the launch. Calls that need temporaries (copies, split
-# partials, var's means) are planned every time; their kernels dominate anyway.
+# Recipes: a reduction planned without copying its input is remembered as its temporaries' sizes
+# and its launches ``(kernel, grid, block, arguments, pointer slots)``, keyed by everything the
+# planning read: op, dtypes, shapes, strides, axes, the input and output addresses modulo 16
+# (alignment picks 16-byte packs) and the backend; all are forgotten when a tuning knob changes.
+# A repeated call skips planning: it allocates the temporaries (split partials, var's means) and
+# queues the same launches with its own pointers. Calls that copy (a layout the kernels cannot
+# read in place, an output they cannot write) are planned every time; their copies dominate.
 _recipes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_KNOBS = "knobs"  # the entry of _recipes that holds the tuning knobs its recipes were planned under
 _RECIPE_LIMIT = 1024
-_tls = threading.local()  # .record: the launches of the call being planned, or None
+_tls = threading.local()  # .record: the launches and temporaries of the call being planned, or None
+# Every reduction kernel takes its pointers first (input, output, partials, centre: at most
+# four), then its layout and sizes; a recipe resolves ints in these slots as pointers.
+_POINTER_SLOTS = 4
 _resident: dict[tuple[Any, ...], int] = {}  # (device, kernel, block) -> resident blocks
 _wide_splits: dict[tuple[int, ...], int] = {}  # wide_splits' answers
 
@@ -139,11 +144,9 @@ def _temp(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
     """A new contiguous array of the backend's device (lives as long as the Python object)."""
     from ..array import NvArray
 
-    record = getattr(_tls, "record", None)
-    if record is not None:
-        record.append(None)  # a call that needs a temporary is not remembered (see reduce)
-    return NvArray._make(
-        backend.alloc(_layout.numel(shape) * dtype.itemsize),
+    nbytes = _layout.numel(shape) * dtype.itemsize
+    tmp = NvArray._make(
+        backend.alloc(nbytes),
         0,
         shape,
         _layout.contiguous_strides(shape, dtype.itemsize),
@@ -152,6 +155,20 @@ def _temp(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
         backend,
         backend.default_stream(),
     )
+    record = getattr(_tls, "record", None)
+    if record is not None:
+        # A recipe allocates it again. The record keeps it alive until planning ends: a later
+        # temporary of the same call then has an address of its own (a freed block would be
+        # handed out again), so recorded addresses tell the temporaries apart.
+        record.append((nbytes, backend.data_ptr(tmp), tmp))
+    return tmp
+
+
+def _no_recipe() -> None:
+    """The call being planned copies data (not recorded): it must not be remembered."""
+    record = getattr(_tls, "record", None)
+    if record is not None:
+        record.append(None)
 
 
 def _scratch(backend: Any, nbytes: int) -> NvArray:
@@ -283,6 +300,7 @@ def _plan_copy(
     shape = tuple(x.shape[d] for d in perm)
     view = x._view(x._offset, shape, tuple(x.strides[d] for d in perm))
     tmp = _temp(backend, shape, x.dtype)
+    _no_recipe()
     backend.copy(tmp, view)
     plan = plan_reduction(backend, tmp, tuple(range(len(kept_axes), len(perm))), order_free)
     assert plan.kind == "rows" and plan.rs == 1, plan
@@ -594,6 +612,27 @@ def _sum_types(t: str, o: str, accumulate: dt.DType, op: str = "SumOp") -> OpTyp
     return OpTypes(t, o, f"ignis::{op}<{name}>", acc, size)
 
 
+def _knobs() -> tuple[Any, ...]:
+    """The tuning knobs reduction planning reads (part of a recipe's key: tests change them)."""
+    return (
+        GROUP_MAX_N,
+        GROUP_WIDE_MAX_N,
+        GROUP_WIDE_MIN_ROWS,
+        GROUP_PACK_MIN,
+        TARGET_BLOCKS,
+        MIN_CHUNK,
+        MAX_SPLITS,
+        STRIDED_MAX,
+        MAX_GRID,
+        COLS_WIDE,
+        COLS_WIDE_MIN_BYTES,
+        COLS_WIDE_MIN_ROWS,
+        COLS_WIDE_UNIT_COST,
+        COLS_WIDE_RESIDENT,
+        _resident_blocks,
+    )
+
+
 def reduce(
     backend: Any,
     op: str,
@@ -607,6 +646,7 @@ def reduce(
     (keepdims shape). See :meth:`ignis._array._backend.Backend.reduce`."""
     data_ptr = backend.data_ptr
     x_ptr = data_ptr(x)
+    out_ptr = data_ptr(out)
     key = (
         op,
         x._dtype.name,
@@ -618,18 +658,39 @@ def reduce(
         out._strides,
         axes,
         x_ptr % 16,
+        out_ptr % 16,
         params.get("ddof", 0) if op == "var" else 0,
         backend,  # (by identity) the device, and a stand-in backend never meets a real one's
     )
-    recipe = _recipes.get(key)
+    recipes = _recipes
+    knobs = _knobs()
+    if recipes.get(_KNOBS) != knobs:  # planned under other tuning: forget those plans
+        recipes.clear()
+        recipes[_KNOBS] = knobs
+    recipe = recipes.get(key)
     if recipe is not None:
-        kernel, grid, block, delta, rest = recipe
-        kernel.launch(
-            grid,
-            block,
-            [x_ptr + delta, data_ptr(out), *rest],
-            stream=backend.stream,
-        )
+        # Inlined (this is every repeated reduction): new temporaries, then the launches.
+        if len(recipe) == 6:  # the usual small case: one launch reading x, writing out
+            kernel, grid, block, args, x_pos, out_pos = recipe
+            args = args.copy()
+            args[x_pos] += x_ptr
+            args[out_pos] = out_ptr
+            kernel.launch(grid, block, args, stream=backend.stream)
+            return
+        sizes, launches = recipe
+        # The temporaries live until the launches are queued (their memory is stream-ordered);
+        # each is a new allocation, so two of them never share an address.
+        if sizes:
+            keep = [_scratch(backend, n) for n in sizes]
+            temps = [data_ptr(t) for t in keep]
+        stream = backend.stream
+        for kernel, grid, block, template, slots in launches:
+            args = template.copy()
+            for pos, source, delta in slots:
+                args[pos] = (
+                    x_ptr + delta if source == -1 else out_ptr if source == -2 else temps[source]
+                )
+            kernel.launch(grid, block, args, stream=stream)
         return
     if op not in ("sum", "mean", "max", "min", "var"):
         raise ValueError(f"reduce: unknown reduction {op!r}; expected sum, mean, max, min or var")
@@ -640,21 +701,77 @@ def reduce(
         _reduce_planned(backend, op, out, x, axes, accumulate, params)
     finally:
         _tls.record = None
-    # One launch with x's own memory (at a fixed distance from x's first element) and out's
-    # first element as its two pointers: nothing else of this call needs to be there next time.
-    if len(record) == 1 and record[0] is not None:
-        kernel, grid, block, args = record[0]
-        if args[1] == data_ptr(out) and out.is_contiguous and _within(x, x_ptr, args[0]):
-            if len(_recipes) >= _RECIPE_LIMIT:
-                _recipes.clear()
-            _recipes[key] = (kernel, grid, block, args[0] - x_ptr, tuple(args[2:]))
+    recipe = _recipe(record, x, x_ptr, out, out_ptr)
+    if recipe is not None:
+        if len(recipes) >= _RECIPE_LIMIT:
+            recipes.clear()
+            recipes[_KNOBS] = knobs
+        recipes[key] = recipe
 
 
-def _within(x: NvArray, x_ptr: int, ptr: int) -> bool:
-    """True when ``ptr`` points into the bytes ``x`` (first element at ``x_ptr``) spans, not
-    into a temporary copy."""
+def _recipe(
+    record: list[Any], x: NvArray, x_ptr: int, out: NvArray, out_ptr: int
+) -> tuple[Any, ...] | None:
+    """What :func:`reduce` remembers of one planned call (None: not to be remembered).
+
+    ``(temporary sizes, launches)``, or for one launch that reads only x and writes only out
+    ``(kernel, grid, block, arguments, x slot, out slot)``; a launch is ``(kernel, grid, block,
+    arguments, slots)``
+    where ``slots`` lists ``(position, source, delta)``: the pointer argument at ``position`` is
+    ``delta`` bytes after the input's first element (source -1), the output's first element
+    (-2) or temporary ``source`` (0, 1, ...). A pointer that is none of these (it lies in data
+    another call would not have at the same place), or that could be more than one (addresses
+    that coincide tell nothing apart), makes the call unrememberable.
+    """
+    if not record or not out.is_contiguous:
+        return None
     lo, hi = _layout.byte_extent(x_ptr, x._shape, x._strides, x._dtype.itemsize)
-    return lo <= ptr <= max(lo, hi - 1)
+    hi = max(lo, hi - 1)
+    if lo <= out_ptr <= hi:
+        return None  # the output lies inside the input: their distance is not a layout's
+    temps: dict[int, int] = {}
+    sizes = []
+    launches = []
+    for event in record:
+        if event is None:
+            return None
+        if len(event) == 3:  # a temporary: (bytes, address, the array)
+            nbytes, ptr, _ = event
+            if ptr in temps or ptr == out_ptr or lo <= ptr <= hi:
+                return None
+            temps[ptr] = len(sizes)
+            sizes.append(nbytes)
+            continue
+        kernel, grid, block, args = event
+        slots = []
+        for pos, a in enumerate(args):
+            if a is None or a.__class__ is not int:
+                continue  # no pointer: a constant (None, a packed layout, a divisor)
+            known = a == out_ptr or a in temps or lo <= a <= hi
+            if pos >= _POINTER_SLOTS:
+                if known:  # a size that reads like an address: nothing can be told apart
+                    return None
+                continue
+            if a == out_ptr:
+                slots.append((pos, -2, 0))
+            elif a in temps:
+                slots.append((pos, temps[a], 0))
+            elif known:
+                slots.append((pos, -1, a - x_ptr))
+            else:
+                return None
+        launches.append((kernel, grid, block, list(args), tuple(slots)))
+    if not launches:  # (launches that did not go through _launch were not recorded)
+        return None
+    if not sizes and len(launches) == 1:
+        kernel, grid, block, args, slots = launches[0]
+        if len(slots) == 2 and slots[0][1] == -1 and slots[1][1] == -2:
+            # One launch, no temporaries: the form reduce() replays without a loop, the input
+            # slot holding its distance from x's first element.
+            (x_pos, _, delta), (out_pos, _, _) = slots
+            args[x_pos] = delta
+            return kernel, grid, block, args, x_pos, out_pos
+    return tuple(sizes), tuple(launches)
 
 
 def _reduce_planned(
@@ -719,6 +836,7 @@ def _reduce_planned(
             float(denom),
         )
     if target is not out:
+        _no_recipe()
         backend.copy(out, target)
 
 
