@@ -44,6 +44,7 @@ except ImportError:  # pragma: no cover - depends on how it is started
     sys.path.insert(0, str(HERE.parents[2] / "ignis" / "src"))
     import ignis
 import ignis.nn  # noqa: E402 - after the path fallback above
+from ignis._array._cuda_backend import attention as cuda_attention  # noqa: E402
 
 FLOATS = ("float32", "float16", "bfloat16", "float64")
 INTS = ("int32", "int64", "int8", "uint8")
@@ -429,6 +430,30 @@ class Driver:
                     )
                 kc, vc = self.arr((1, 2, seq + 5, 64), dtype), self.arr((1, 2, seq + 5, 64), dtype)
                 self.run(nn.decode_attention, self.arr((1, 2, 1, 64), dtype), kc, vc, seq)
+                # packed (B, T, 3, H, E) views read and written in place, as packed_attention
+                # does; float32 also through the fused one-pass backward
+                heads = self.arr((2, seq, 3, 2, 64), dtype).permute(2, 0, 3, 1, 4)
+                merged = ignis.empty((2, seq, 2, 64), dtype=dtype, device=d)
+                out, lse = self.run(nn.attention, heads[0], heads[1], heads[2], causal=True,
+                                    out=merged.permute(0, 2, 1, 3))
+                slots = ignis.empty((2, seq, 3, 2, 64), dtype=dtype, device=d)
+                slots = slots.permute(2, 0, 3, 1, 4)
+                grad = self.arr((2, seq, 2, 64), dtype).permute(0, 2, 1, 3)
+                for fused in ((False, True) if dtype == "float32" else (False,)):
+                    cuda_attention.SIMT_FUSED_DQ = fused
+                    try:
+                        self.run(nn.attention_backward, grad, heads[0], heads[1], heads[2], out,
+                                 lse, causal=True, dq=slots[0], dk=slots[1], dv=slots[2])
+                    finally:
+                        cuda_attention.SIMT_FUSED_DQ = False
+
+        def linear(n: int) -> None:
+            rows = min(n, 257)
+            for dtype in ("float32", "bfloat16"):
+                x, w = self.arr((rows, 64), dtype), self.arr((96, 64), dtype)
+                b = self.arr((96,), dtype)
+                self.run(nn.linear, x, w, b)
+                self.run(nn.linear_backward, self.arr((rows, 96), dtype), x, w)
 
         def optim(n: int) -> None:
             for dtype in ("float32", "bfloat16", "float64"):
@@ -469,6 +494,7 @@ class Driver:
                 dropout_rope,
             ),
             "attention": (("attention", "attention_backward", "decode_attention"), attention),
+            "linear": (("linear", "linear_backward"), linear),
             "optim": (
                 (
                     "multi_tensor_adam_",

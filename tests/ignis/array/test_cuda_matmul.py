@@ -1180,6 +1180,7 @@ def test_cublas_plans_are_reused_only_for_the_same_layout(monkeypatch):
     monkeypatch.setattr(mm, "_allow_tf32", False)
     monkeypatch.setattr(mm, "_blas_plans", {})
     monkeypatch.setattr(mm, "_lt_enabled", False)  # the host model stands in for cuBLAS only
+    monkeypatch.setattr(mm, "activate", lambda device: None)  # no device behind the model
     backend = types.SimpleNamespace(data_ptr=cpu.data_ptr, copy=cpu.copy, gpu=None,
                                     stream=types.SimpleNamespace(ptr=0))
     rng = np.random.default_rng(7)

@@ -374,7 +374,7 @@ def test_destination_views_are_checked():
 def test_destination_on_another_device_is_named():
     q = ignis.ones((1, 1, 4, 32), device="cuda:0")
     with pytest.raises(DeviceMismatchError, match="attention: out is on cpu; expected cuda:0"):
-        ignis.nn.attention(q, q, q, out=ignis.empty((1, 1, 4, 32)))
+        ignis.nn.attention(q, q, q, out=ignis.empty((1, 1, 4, 32), device="cpu"))
 
 
 # --- decode --------------------------------------------------------------------------------------
