@@ -10,9 +10,9 @@ difference between the two forward outputs.
 
 A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
 PyTorch's float32 SDPA (memory-efficient attention) for a GPT step (64x6x256x64 causal) and two
-longer cases, once with the register-tiled kernels and once with the first ones
-(``SIMT_TILED``); backward times are ``attention_backward`` alone for ignis and fwd+bwd minus
-fwd for PyTorch.
+longer cases: the register-tiled kernels with the two-pass backward, the same with the one-pass
+backward (``SIMT_FUSED_DQ``), and the first kernels (``SIMT_TILED = False``). Backward times
+are ``attention_backward`` alone for ignis and fwd+bwd minus fwd for PyTorch.
 
 Run on a GPU machine: ``python benchmarks/attention.py``. Prints Markdown tables.
 ``python benchmarks/attention.py --sweep`` instead times the float32 tiled kernels with other
@@ -121,10 +121,11 @@ def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> lis
     flops = 4.0 * b * h * seq * seq * e * (0.5 if causal else 1.0)
     tflops = lambda f, ms: f / (ms * 1e-3) / 1e12  # noqa: E731
     rows = []
-    saved = cuda_attention.SIMT_TILED
+    saved = cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ
     try:
-        for tiled in (True, False):
-            cuda_attention.SIMT_TILED = tiled
+        for tiled, fused, kernels in ((True, False, "tiled"), (True, True, "tiled, one pass"),
+                                      (False, False, "first")):
+            cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ = tiled, fused
             out, lse = ignis.nn.attention(q, k, v, causal=causal)
 
             def ours_fwd():
@@ -138,12 +139,12 @@ def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> lis
             diff = float(np.max(np.abs(ours - theirs)))
             rows.append(
                 f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | "
-                f"{'tiled' if tiled else 'first'} | {t_of * 1e3:.0f} | {t_tf * 1e3:.0f} | "
+                f"{kernels} | {t_of * 1e3:.0f} | {t_tf * 1e3:.0f} | "
                 f"{t_tf / t_of:.2f} | {t_ob * 1e3:.0f} | {t_tb * 1e3:.0f} | {t_tb / t_ob:.2f} | "
                 f"{tflops(flops, t_of):.1f} | {tflops(2.5 * flops, t_ob):.1f} | {diff:.2e} |"
             )
     finally:
-        cuda_attention.SIMT_TILED = saved
+        cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ = saved
     return rows
 
 
