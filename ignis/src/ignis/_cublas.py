@@ -312,21 +312,29 @@ def unavailable_reason() -> str:
     return _reason
 
 
+def open_nvidia_library(name: str) -> tuple[Any, str | None]:
+    """``(ctypes.CDLL, path)`` of NVIDIA's library ``name`` ("cublas", "cublasLt"), found by
+    ``cuda.pathfinder`` (wheels, conda, the CUDA toolkit).
+
+    Raises:
+        ImportError, OSError or pathfinder's not-found error where it cannot be opened.
+    """
+    pathfinder = importlib.import_module("cuda.pathfinder")
+    found = pathfinder.load_nvidia_dynamic_lib(name)
+    path = getattr(found, "abs_path", None)
+    raw_handle = getattr(found, "_handle_uint", None)
+    # The loader has the library open already: reuse its handle instead of opening again.
+    if raw_handle:
+        return ctypes.CDLL(path or f"lib{name}", handle=int(raw_handle)), path
+    if path:
+        return ctypes.CDLL(path), path
+    raise OSError(f"cuda.pathfinder found {name} but reported neither a path nor a handle")
+
+
 def _load() -> CublasLibrary | None:
     global _reason
     try:
-        pathfinder = importlib.import_module("cuda.pathfinder")
-        found = pathfinder.load_nvidia_dynamic_lib("cublas")
-        path = getattr(found, "abs_path", None)
-        raw_handle = getattr(found, "_handle_uint", None)
-        # The loader has the library open already: reuse its handle instead of opening again.
-        if raw_handle:
-            cdll = ctypes.CDLL(path or "libcublas", handle=int(raw_handle))
-        elif path:
-            cdll = ctypes.CDLL(path)
-        else:
-            raise OSError("cuda.pathfinder found cuBLAS but reported neither a path nor a handle")
-        lib = CublasLibrary(cdll, path)
+        lib = CublasLibrary(*open_nvidia_library("cublas"))
     except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError, CublasError
         _reason = f"{type(exc).__name__}: {exc}"
         logger.debug("cuBLAS is not available (%s); matrix products use ignis's own kernels",

@@ -21,13 +21,12 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import importlib
 import logging
 import threading
 import weakref
 from typing import Any
 
-from ._cublas import CUBLAS_COMPUTE_64F, CUDA_R_32F, CUDA_R_64F, check
+from ._cublas import CUBLAS_COMPUTE_64F, CUDA_R_32F, CUDA_R_64F, check, open_nvidia_library
 
 __all__ = [
     "CublasLtLibrary",
@@ -286,17 +285,7 @@ def unavailable_reason() -> str:
 def _load() -> CublasLtLibrary | None:
     global _reason
     try:
-        pathfinder = importlib.import_module("cuda.pathfinder")
-        found = pathfinder.load_nvidia_dynamic_lib("cublasLt")
-        path = getattr(found, "abs_path", None)
-        raw_handle = getattr(found, "_handle_uint", None)
-        if raw_handle:
-            cdll = ctypes.CDLL(path or "libcublasLt", handle=int(raw_handle))
-        elif path:
-            cdll = ctypes.CDLL(path)
-        else:
-            raise OSError("cuda.pathfinder found cuBLASLt but reported neither a path nor a handle")
-        lib = CublasLtLibrary(cdll, path)
+        lib = CublasLtLibrary(*open_nvidia_library("cublasLt"))
     except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError
         _reason = f"{type(exc).__name__}: {exc}"
         logger.debug("cuBLASLt is not available (%s); products use cublasGemmStridedBatchedEx",

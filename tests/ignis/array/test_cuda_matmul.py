@@ -138,6 +138,35 @@ def test_cublas_rejects_a_library_without_the_functions(monkeypatch, fresh_cubla
     assert "has no function cublasCreate_v2" in _cublas.unavailable_reason()
 
 
+@pytest.fixture
+def fresh_cublaslt():
+    from ignis import _cublaslt
+
+    _cublaslt._reset_for_tests()
+    yield _cublaslt
+    _cublaslt._reset_for_tests()
+
+
+def test_cublaslt_degrades_to_none_when_missing_or_wrong(monkeypatch, fresh_cublaslt):
+    from cuda import pathfinder
+
+    def missing(name):
+        raise pathfinder.DynamicLibNotFoundError(f"Failure finding {name!r}: no such file")
+
+    monkeypatch.setattr(pathfinder, "load_nvidia_dynamic_lib", missing)
+    assert fresh_cublaslt.load() is None
+    assert "DynamicLibNotFoundError" in fresh_cublaslt.unavailable_reason()
+    assert "cublasLt" in fresh_cublaslt.unavailable_reason()
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        return
+    fresh_cublaslt._reset_for_tests()
+    monkeypatch.setattr(pathfinder, "load_nvidia_dynamic_lib",
+                        lambda name: types.SimpleNamespace(abs_path=libc, _handle_uint=None))
+    assert fresh_cublaslt.load() is None
+    assert "has no function cublasLtCreate" in fresh_cublaslt.unavailable_reason()
+
+
 def test_cublas_loads_where_installed(fresh_cublas):
     lib = _cublas.load()
     if lib is None:
