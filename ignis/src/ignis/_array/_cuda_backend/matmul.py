@@ -7,6 +7,11 @@ Two engines give the same results (within each dtype's rounding):
   ``C = A @ B`` is computed as the column-major ``C^T = B^T @ A^T``; transposed views become
   transpose flags, never copies. Operands whose last two dimensions are neither row- nor
   column-major (one stride 1, the other a valid leading dimension) are copied first.
+  A product that repeats (same dtypes, shapes, strides, alpha, beta, device and switches) is
+  remembered (:data:`_blas_plans`) and replayed with the new addresses; where cuBLASLt loads
+  (:mod:`ignis._cublaslt`) it then runs as one ``cublasLtMatmul`` with the algorithm chosen the
+  first time, for 256-byte aligned operands. cuBLASLt's epilogues also fuse a bias into a
+  product and a bias gradient alongside one (:func:`matmul_bias`, :func:`matmul_row_sums`).
 * **the library's own kernels** (``cuda_src/matmul.cu``): tensor cores (mma.sync) for float16 and
   bfloat16 on sm_80 and newer, and for float32 when TF32 is allowed; FMA kernels otherwise. They
   take any strides, so nothing is copied.
@@ -16,7 +21,8 @@ Accumulation: float32 for float16/bfloat16, float64 for float64; float32 uses tr
 
 Switches (module-level, shared by all threads): :func:`set_allow_tf32` / :func:`get_allow_tf32`,
 :func:`set_cublas_enabled` / :func:`get_cublas_enabled` / :func:`cublas_available`; the
-environment variable ``IGNIS_DISABLE_CUBLAS=1`` starts with cuBLAS disabled.
+environment variable ``IGNIS_DISABLE_CUBLAS=1`` starts with cuBLAS disabled, and
+``IGNIS_DISABLE_CUBLASLT=1`` keeps every cuBLAS product on ``cublasGemmStridedBatchedEx``.
 
 Example::
 
