@@ -1278,3 +1278,154 @@ def test_cublaslt_plans_match_the_cublas_calls(dtype, monkeypatch):
     planned = [p for k, p in mm._blas_plans.items() if k[-1]]  # keys end with _lt_enabled
     assert planned and any(p[3] is not None for p in planned), "no product ran on cuBLASLt"
     assert all(p[3] is None for k, p in mm._blas_plans.items() if not k[-1])
+
+
+# --- the cuBLASLt plans and epilogues, checked against a host model of cuBLASLt -----------------
+
+
+class HostLt:
+    """Stands in for :class:`ignis._cublaslt.CublasLtLibrary` on host memory: a plan records its
+    column-major description, ``matmul`` computes what cuBLASLt documents for it (epilogues
+    included) through :class:`HostBlas`'s operand reader, so the row-major to column-major
+    mapping of products, bias epilogues and bias-gradient epilogues is checked without a GPU."""
+
+    def __init__(self, blas):
+        self.blas = blas
+        self.plans, self.calls = [], []
+
+    def handle(self, device):
+        return 99
+
+    def plan(self, dtype, compute, transa, transb, m, n, k, lda, ldb, ldc, batch=1,
+             stride_a=0, stride_b=0, stride_c=0, epilogue=1, *, handle):
+        assert handle == 99
+        desc = types.SimpleNamespace(args=(dtype, transa, transb, m, n, k, lda, ldb, ldc, batch,
+                                           stride_a, stride_b, stride_c),
+                                     epilogue=epilogue, workspace=0)
+        self.plans.append(desc)
+        return desc
+
+    def matmul(self, handle, plan, alpha, a, b, beta, c, bias, workspace, stream):
+        from ignis import _cublaslt
+
+        dtype, ta, tb, m, n, k, lda, ldb, ldc, batch, sa, sb, sc = plan.args
+        np_t = HostBlas.TYPES[dtype]
+        item = np.dtype(np_t).itemsize
+        self.calls.append((plan.epilogue, ta, tb, m, n, k, batch))
+        for i in range(batch):
+            A = self.blas._matrix(a + i * sa * item, np_t, m, k, lda, ta)[0].astype(np.float64)
+            B = self.blas._matrix(b + i * sb * item, np_t, k, n, ldb, tb)[0].astype(np.float64)
+            C, offsets, mem = self.blas._matrix(c + i * sc * item, np_t, m, n, ldc,
+                                                _cublas.CUBLAS_OP_N)
+            res = alpha._obj.value * (A @ B)
+            if beta._obj.value != 0:
+                res = res + beta._obj.value * C.astype(np.float64)
+            if plan.epilogue == _cublaslt.EPILOGUE_BIAS:  # one value per row of D
+                vec = np.frombuffer((ctypes.c_char * (m * item)).from_address(bias), np_t)
+                res = res + vec.astype(np.float64)[:, None]
+            elif plan.epilogue in (_cublaslt.EPILOGUE_BGRADA, _cublaslt.EPILOGUE_BGRADB):
+                sums = A.sum(axis=1) if plan.epilogue == _cublaslt.EPILOGUE_BGRADA else B.sum(0)
+                vec = np.frombuffer((ctypes.c_char * (len(sums) * item)).from_address(bias), np_t)
+                vec[...] = sums.astype(np_t)
+            mem[offsets] = res.astype(np_t)
+
+
+def _aligned(values: np.ndarray, dtype: str) -> ignis.NvArray:
+    """A CPU NvArray holding ``values`` at a 256-byte aligned address (what cuBLASLt's plans
+    assume), as a view into a larger buffer."""
+    item = np.dtype(NP[dtype]).itemsize
+    base = ignis.zeros(values.size + 256 // item, dtype=dtype, device="cpu")
+    skip = (-ignis._array._backend.get_backend("cpu").data_ptr(base) % 256) // item
+    view = base[skip : skip + values.size].reshape(values.shape)
+    view[...] = ignis.NvArray.from_host(values, dtype=dtype, device="cpu")
+    return view
+
+
+@pytest.fixture
+def host_lt(monkeypatch):
+    """cuBLAS and cuBLASLt replaced by the host models, on CPU arrays; yields (lt, backend,
+    arrays), where ``arrays`` lists what the models may read and write."""
+    from ignis import _cublaslt
+    from ignis._array._backend import get_backend
+
+    cpu = get_backend("cpu")
+    arrays = []
+    blas = HostBlas(lambda: [x._storage for x in arrays])
+    lt = HostLt(blas)
+    monkeypatch.setattr(_cublas, "load", lambda: blas)
+    monkeypatch.setattr(_cublaslt, "load", lambda: lt)
+    for name, value in (("_cublas_enabled", True), ("_lt_enabled", True), ("_allow_tf32", False),
+                        ("_force_family", None), ("_blas_plans", {}), ("_epilogue_plans", {})):
+        monkeypatch.setattr(mm, name, value)
+    monkeypatch.setattr(mm, "activate", lambda device: None)
+    backend = types.SimpleNamespace(data_ptr=cpu.data_ptr, copy=cpu.copy, gpu=None,
+                                    stream=types.SimpleNamespace(ptr=0), alloc=None)
+    yield lt, backend, arrays
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cublaslt_bias_and_bias_gradient_epilogues_on_a_host_model(host_lt, dtype):
+    lt, backend, arrays = host_lt
+    from ignis import _cublaslt
+
+    rng = np.random.default_rng(21)
+    rows, k, n = 9, 7, 5
+    x, w, b = rand(rng, (rows, k), dtype), rand(rng, (n, k), dtype), rand(rng, (n,), dtype)
+    xa, wa, ba = _aligned(x, dtype), _aligned(w, dtype), _aligned(b, dtype)
+    out = _aligned(np.zeros((rows, n), NP[dtype]), dtype)
+    arrays[:] = [xa, wa, ba, out]
+    assert mm.matmul_bias(backend, out, xa, wa.T, ba)  # fused: x @ w.T + b in one call
+    x64, w64, b64 = (v.astype(np.float64) for v in (x, w, b))
+    bound_check(out.to_host(), x64 @ w64.T + b64, np.abs(x64) @ np.abs(w64).T + np.abs(b64),
+                TOL[dtype], "bias epilogue")
+    assert lt.calls[-1][0] == _cublaslt.EPILOGUE_BIAS
+
+    g = rand(rng, (rows, n), dtype)
+    ga = _aligned(g, dtype)
+    gw, gb = _aligned(np.zeros((n, k), NP[dtype]), dtype), _aligned(np.zeros(n, NP[dtype]), dtype)
+    arrays[:] = [xa, ga, gw, gb]
+    assert mm.matmul_row_sums(backend, gw, gb, ga.T, xa)  # grad_weight and grad_bias
+    g64 = g.astype(np.float64)
+    bound_check(gw.to_host(), g64.T @ x64, np.abs(g64).T @ np.abs(x64), TOL[dtype], "weight grad")
+    bound_check(gb.to_host(), g64.sum(0), np.abs(g64).sum(0), TOL[dtype], "bias grad")
+    assert lt.calls[-1][0] == _cublaslt.EPILOGUE_BGRADB  # g is cuBLAS's second operand
+    # a column-major result: the bias would run along the wrong axis, so no fused plan
+    col = _aligned(np.zeros((n, rows), NP[dtype]), dtype).T
+    arrays[:] = [xa, wa, ba, col]
+    assert not mm.matmul_bias(backend, col, xa, wa.T, ba)
+    # the row sums of a column-major result's first operand: BGRADA
+    gw_col = _aligned(np.zeros((k, n), NP[dtype]), dtype).T
+    arrays[:] = [xa, ga, gw_col, gb]
+    assert mm.matmul_row_sums(backend, gw_col, gb, ga.T, xa)
+    assert lt.calls[-1][0] == _cublaslt.EPILOGUE_BGRADA
+    bound_check(gw_col.to_host(), g64.T @ x64, np.abs(g64).T @ np.abs(x64), TOL[dtype], "col")
+    bound_check(gb.to_host(), g64.sum(0), np.abs(g64).sum(0), TOL[dtype], "bias grad (col)")
+    # a bias off the 256-byte grid: no fused call (the backend then runs the unfused default)
+    shifted = _aligned(np.concatenate([np.zeros(1, NP[dtype]), b]), dtype)[1:]
+    arrays[:] = [xa, wa, shifted, out]
+    made = len(lt.calls)
+    assert not mm.matmul_bias(backend, out, xa, wa.T, shifted)
+    assert len(lt.calls) == made
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_remembered_products_run_on_cublaslt_plans_on_a_host_model(host_lt, dtype):
+    lt, backend, arrays = host_lt
+    rng = np.random.default_rng(23)
+    x, y = rand(rng, (3, 6, 5), dtype), rand(rng, (4, 5), dtype)
+    xa, ya = _aligned(x, dtype), _aligned(y, dtype)
+    for _ in range(2):  # the first call plans (and already runs on cuBLASLt), the second replays
+        out = _aligned(np.zeros((3, 6, 4), NP[dtype]), dtype)
+        arrays[:] = [xa, ya, out]
+        mm.matmul(backend, out, xa, ya.T.broadcast_to((3, 5, 4)), 1.0, 0.0)  # hook: one batch
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        bound_check(out.to_host(), x64 @ y64.T, np.abs(x64) @ np.abs(y64).T, TOL[dtype], "lt")
+    assert len(lt.plans) == 1 and len(lt.calls) == 2 and lt.calls[-1][-1] == 3  # one batched call
+    assert not lt.blas.calls  # cublasGemmStridedBatchedEx was not needed
+    # an operand off the 256-byte grid takes the cuBLAS call of the same plan
+    out = _aligned(np.zeros((2, 6, 4), NP[dtype]), dtype)
+    arrays[:] = [xa, ya, out]
+    mm.matmul(backend, out, xa[1:], ya.T.broadcast_to((2, 5, 4)), 1.0, 0.0)
+    bound_check(out.to_host(), x64[1:] @ y64.T, np.abs(x64[1:]) @ np.abs(y64).T, TOL[dtype],
+                "unaligned")
+    assert lt.blas.calls and len(lt.calls) == 2
