@@ -1345,8 +1345,9 @@ def _aligned(values: np.ndarray, dtype: str) -> ignis.NvArray:
 def host_lt(monkeypatch):
     """cuBLAS and cuBLASLt replaced by the host models, on CPU arrays; yields (lt, backend,
     arrays), where ``arrays`` lists what the models may read and write."""
-    from ignis import _cublaslt
     from ignis._array._backend import get_backend
+
+    from ignis import _cublaslt
 
     cpu = get_backend("cpu")
     arrays = []
