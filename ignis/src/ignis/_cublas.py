@@ -33,8 +33,10 @@ from ._errors import CudaError
 __all__ = [
     "CublasError",
     "CublasLibrary",
+    "LazyLibrary",
     "check",
     "load",
+    "open_nvidia_library",
     "unavailable_reason",
     "CUDA_R_16F",
     "CUDA_R_16BF",
@@ -288,28 +290,46 @@ def _destroy_handles(lib: CublasLibrary, handles: dict[int, int], devices: dict[
 
 # --- loading -----------------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_loaded: list[CublasLibrary | None] = []  # empty: not tried yet
-_reason = ""
+class LazyLibrary:
+    """An optional library opened on first use, once for the process.
 
-
-def load() -> CublasLibrary | None:
-    """The cuBLAS library, loaded on first call; None when it is not installed or unusable.
-
-    The reason for a None is kept in :func:`unavailable_reason` (and logged at debug level).
-    Never raises: a missing cuBLAS only means the own kernels are used.
+    :meth:`get` returns it, or None when it cannot be opened (:attr:`reason` then says why, and
+    the failure is logged at debug level); it never raises. ``opener()`` builds the library
+    object and raises where it cannot.
     """
-    if _loaded:
-        return _loaded[0]
-    with _lock:
-        if not _loaded:
-            _loaded.append(_load())
-    return _loaded[0]
 
+    def __init__(self, opener: Any, what: str, without: str):
+        self._opener, self._what, self._without = opener, what, without
+        self._lock = threading.Lock()
+        self._loaded: list[Any] = []  # empty: not tried yet
+        self.reason = ""
 
-def unavailable_reason() -> str:
-    """Why :func:`load` returned None ('' when cuBLAS loaded or was not tried yet)."""
-    return _reason
+    def get(self) -> Any:
+        """The library, opened on the first call; None when it is not installed or unusable."""
+        loaded = self._loaded
+        if loaded:
+            return loaded[0]
+        with self._lock:
+            if not loaded:
+                loaded.append(self._open())
+        return loaded[0]
+
+    def _open(self) -> Any:
+        try:
+            lib = self._opener()
+        except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError, ...
+            self.reason = f"{type(exc).__name__}: {exc}"
+            logger.debug("%s is not available (%s); %s", self._what, self.reason, self._without)
+            return None
+        self.reason = ""
+        logger.debug("loaded %r", lib)
+        return lib
+
+    def reset(self) -> None:
+        """Forget the library so the next :meth:`get` searches again (tests only)."""
+        with self._lock:
+            self._loaded.clear()
+            self.reason = ""
 
 
 def open_nvidia_library(name: str) -> tuple[Any, str | None]:
@@ -331,23 +351,23 @@ def open_nvidia_library(name: str) -> tuple[Any, str | None]:
     raise OSError(f"cuda.pathfinder found {name} but reported neither a path nor a handle")
 
 
-def _load() -> CublasLibrary | None:
-    global _reason
-    try:
-        lib = CublasLibrary(*open_nvidia_library("cublas"))
-    except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError, CublasError
-        _reason = f"{type(exc).__name__}: {exc}"
-        logger.debug("cuBLAS is not available (%s); matrix products use ignis's own kernels",
-                     _reason)
-        return None
-    _reason = ""
-    logger.debug("loaded %r", lib)
-    return lib
+_library = LazyLibrary(
+    lambda: CublasLibrary(*open_nvidia_library("cublas")),
+    "cuBLAS",
+    "matrix products use ignis's own kernels",
+)
+
+#: The cuBLAS library, loaded on first call; None when it is not installed or unusable (the
+#: reason is kept in :func:`unavailable_reason`). Never raises: a missing cuBLAS only means the
+#: own kernels are used.
+load = _library.get
+
+
+def unavailable_reason() -> str:
+    """Why :func:`load` returned None ('' when cuBLAS loaded or was not tried yet)."""
+    return _library.reason
 
 
 def _reset_for_tests() -> None:
     """Forget the loaded library so the next :func:`load` searches again (tests only)."""
-    global _reason
-    with _lock:
-        _loaded.clear()
-        _reason = ""
+    _library.reset()

@@ -26,7 +26,14 @@ import threading
 import weakref
 from typing import Any
 
-from ._cublas import CUBLAS_COMPUTE_64F, CUDA_R_32F, CUDA_R_64F, check, open_nvidia_library
+from ._cublas import (
+    CUBLAS_COMPUTE_64F,
+    CUDA_R_32F,
+    CUDA_R_64F,
+    LazyLibrary,
+    check,
+    open_nvidia_library,
+)
 
 __all__ = [
     "CublasLtLibrary",
@@ -261,44 +268,22 @@ def _destroy_handles(lib: CublasLtLibrary, handles: dict[int, int]) -> None:
 
 # --- loading -----------------------------------------------------------------------------------
 
-_lock = threading.Lock()
-_loaded: list[CublasLtLibrary | None] = []  # empty: not tried yet
-_reason = ""
+_library = LazyLibrary(
+    lambda: CublasLtLibrary(*open_nvidia_library("cublasLt")),
+    "cuBLASLt",
+    "products use cublasGemmStridedBatchedEx",
+)
 
-
-def load() -> CublasLtLibrary | None:
-    """The cuBLASLt library, loaded on first call; None when it is not installed or unusable
-    (the reason is kept in :func:`unavailable_reason`). Never raises."""
-    if _loaded:
-        return _loaded[0]
-    with _lock:
-        if not _loaded:
-            _loaded.append(_load())
-    return _loaded[0]
+#: The cuBLASLt library, loaded on first call; None when it is not installed or unusable (the
+#: reason is kept in :func:`unavailable_reason`). Never raises.
+load = _library.get
 
 
 def unavailable_reason() -> str:
     """Why :func:`load` returned None ('' when it did not, or has not been called)."""
-    return _reason
-
-
-def _load() -> CublasLtLibrary | None:
-    global _reason
-    try:
-        lib = CublasLtLibrary(*open_nvidia_library("cublasLt"))
-    except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError
-        _reason = f"{type(exc).__name__}: {exc}"
-        logger.debug("cuBLASLt is not available (%s); products use cublasGemmStridedBatchedEx",
-                     _reason)
-        return None
-    _reason = ""
-    logger.debug("loaded %r", lib)
-    return lib
+    return _library.reason
 
 
 def _reset_for_tests() -> None:
     """Forget the loaded library so the next :func:`load` searches again (tests only)."""
-    global _reason
-    with _lock:
-        _loaded.clear()
-        _reason = ""
+    _library.reset()
