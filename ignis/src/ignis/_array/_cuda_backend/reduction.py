@@ -466,8 +466,21 @@ def _run_cols(
         chunk = -(-n // splits)
         splits = -(-n // chunk)
     outputs = plan.rows * inner
-    partials = _scratch(backend, outputs * splits * types.acc_size) if splits > 1 else None
     name = f"ignis::reduce_cols<{types.t}, {types.o}, {types.op}, {vec}>"
+    partials = _launch_cols(backend, name, units * splits, (bx, by), plan, types, out_ptr,
+                            center, div, splits, chunk)
+    if partials is not None:
+        _finish_partials(backend, partials, outputs, splits, types, out_ptr, div)
+
+
+def _launch_cols(backend: Any, name: str, blocks: int, block: tuple[int, int], plan: Plan,
+                 types: OpTypes, out_ptr: int, center: int | None, div: float, splits: int,
+                 chunk: int) -> NvArray | None:
+    """Launch ``name``, reduce_cols or reduce_cols_wide (they take the same arguments), on
+    ``blocks`` blocks (at most MAX_GRID); returns its scratch of per-split partial sums, None
+    when ``splits`` is 1 (the kernel then writes the results)."""
+    outputs = plan.rows * plan.inner
+    partials = _scratch(backend, outputs * splits * types.acc_size) if splits > 1 else None
     args = [
         plan.ptr,
         out_ptr,
@@ -475,16 +488,15 @@ def _run_cols(
         center,
         pack_outer(plan.outer),
         plan.rows,
-        inner,
-        n,
+        plan.inner,
+        plan.n,
         plan.rs,
         splits,
         chunk,
         float(div),
     ]
-    _launch(backend, "reduction.cu", name, min(MAX_GRID, units * splits), (bx, by), args)
-    if partials is not None:
-        _finish_partials(backend, partials, outputs, splits, types, out_ptr, div)
+    _launch(backend, "reduction.cu", name, min(MAX_GRID, blocks), block, args)
+    return partials
 
 
 # --- wide column strips --------------------------------------------------------------------------
@@ -563,22 +575,8 @@ def _run_cols_wide(
     splits = wide_splits(units, n, resident, strip * size, outputs * types.acc_size)
     chunk = -(-n // splits)
     splits = -(-n // chunk)
-    partials = _scratch(backend, outputs * splits * types.acc_size) if splits > 1 else None
-    args = [
-        plan.ptr,
-        out_ptr,
-        None if partials is None else backend.data_ptr(partials),
-        center,
-        pack_outer(plan.outer),
-        plan.rows,
-        inner,
-        n,
-        plan.rs,
-        splits,
-        chunk,
-        float(div),
-    ]
-    _launch(backend, "reduction.cu", name, min(MAX_GRID, units * splits), (32, by), args)
+    partials = _launch_cols(backend, name, units * splits, (32, by), plan, types, out_ptr,
+                            center, div, splits, chunk)
     if partials is not None:
         # partials[split * outputs + k]: output k's splits are `outputs` apart; one lane each
         # reads them in split order (coalesced over k).
