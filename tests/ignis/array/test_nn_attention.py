@@ -683,7 +683,7 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         fmt = "<d" if dtype == "float64" else "<f"
         assert struct.unpack(fmt, args[8])[0] == 0.5
     fake.launches.clear()
-    ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
+    dq, dk, dv = ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
     names = [n.split("<")[0] for n, *_ in fake.launches]
     # Scalar dK/dV tiles at head dim 96: more than 48 KiB of shared memory, under 227 KiB.
     assert kind.startswith("tc") or any(
@@ -702,7 +702,7 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         ) in fake.optin
         fake.launches.clear()
         monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
-        ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
+        dq, dk, dv = ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
         names = [n.split("<")[0] for n, *_ in fake.launches]
     bwd = kind[:2] if kind.startswith("tc") else kind
     assert names == [
@@ -710,6 +710,12 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         f"ignis::attn::flash_bwd_dkdv_{bwd}",
         f"ignis::attn::flash_bwd_dq_{bwd}",
     ]
+    # the two passes: q, k, v, dO, lse and D first, then their outputs and the sizes
+    rowdot, dkdv, dq_pass = (a for _, _, _, _, a in fake.launches)
+    inputs = [q.data_ptr, k.data_ptr, k.data_ptr, out.data_ptr, lse.data_ptr, _u64(rowdot[2])]
+    assert [_u64(a) for a in dkdv[:8]] == [*inputs, dk.data_ptr, dv.data_ptr]
+    assert [_u64(a) for a in dq_pass[:7]] == [*inputs, dq.data_ptr]
+    assert [_i32(a) for a in dkdv[8:11]] == [_i32(a) for a in dq_pass[7:10]] == [100, 70, 80]
     fake.launches.clear()
     q1 = ignis.empty((2, 3, 1, 80), dtype=dtype, device="cuda:0")
     ignis.nn.decode_attention(q1, k, k, 65)

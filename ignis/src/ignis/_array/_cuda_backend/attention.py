@@ -361,14 +361,8 @@ def backward(
     lay = layout(h, q, k, v, out, grad_out, dq, dk, dv)
     rows = bh * n_q
     dvec = _temp(backend, (rows,), lse.dtype)
-    rows_per_block = 8  # a warp per row
-    _launch(
-        backend,
-        names["rowdot"],
-        min(_ceil(rows, rows_per_block), 1 << 20),
-        256,
-        [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay],
-    )
+    _launch(backend, names["rowdot"], _warp_rows_grid(rows), 256,
+            [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay])
     tc = q.dtype.name in _TC
     if tc and BWD_FUSED_DQ:
         _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
@@ -377,84 +371,45 @@ def backward(
         run = _backward_tiled_fused if SIMT_FUSED_DQ else _backward_tiled
         run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
         return
+    inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     for bh0, count in _bh_chunks(bh):
         if tc:
             vec = _vec(e, q, k, v, grad_out)
+            sizes = [n_q, n_k, e, scale, scale * LOG2E, vec, bh0, lay]
             # K and V tiles; Q and dO tiles and lse and D rows, two buffers each
             smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + 4 * _DKDV_BM * 4
-            args = [
-                ptr(q),
-                ptr(k),
-                ptr(v),
-                ptr(grad_out),
-                ptr(lse),
-                ptr(dvec),
-                ptr(dk),
-                ptr(dv),
-                n_q,
-                n_k,
-                e,
-                scale,
-                scale * LOG2E,
-                vec,
-                bh0,
-                lay,
-            ]
+            args = [*inputs, ptr(dk), ptr(dv), *sizes]
             _launch(backend, names["dkdv"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
             smem = 4 * _DQ_BN * (d + 8) * 2  # K and V tiles, two buffers each
-            args = [
-                ptr(q),
-                ptr(k),
-                ptr(v),
-                ptr(grad_out),
-                ptr(lse),
-                ptr(dvec),
-                ptr(dq),
-                n_q,
-                n_k,
-                e,
-                scale,
-                scale * LOG2E,
-                vec,
-                bh0,
-                lay,
-            ]
+            args = [*inputs, ptr(dq), *sizes]
             _launch(backend, names["dq"], (_ceil(n_q, _DQ_BM), count), _TC_THREADS, args, smem)
         else:
+            sizes = [n_q, n_k, e, scale, bh0, lay]
             smem = _SIMT_B * (4 * d + 2) * q.dtype.itemsize
-            args = [
-                ptr(q),
-                ptr(k),
-                ptr(v),
-                ptr(grad_out),
-                ptr(lse),
-                ptr(dvec),
-                ptr(dk),
-                ptr(dv),
-                n_q,
-                n_k,
-                e,
-                scale,
-                bh0,
-                lay,
-            ]
+            args = [*inputs, ptr(dk), ptr(dv), *sizes]
             _launch(backend, names["dkdv"], (_ceil(n_k, _SIMT_B), count), _SIMT_THREADS, args, smem)
-            args = [
-                ptr(q),
-                ptr(k),
-                ptr(v),
-                ptr(grad_out),
-                ptr(lse),
-                ptr(dvec),
-                ptr(dq),
-                n_q,
-                n_k,
-                e,
-                scale,
-                bh0,
-                lay,
-            ]
+            args = [*inputs, ptr(dq), *sizes]
             _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+
+
+def _input_ptrs(backend: Any, q: NvArray, k: NvArray, v: NvArray, grad_out: NvArray,
+                lse: NvArray, dvec: NvArray) -> list[int]:
+    """The addresses every backward kernel takes first: q, k, v, dO, lse and D."""
+    ptr = backend.data_ptr
+    return [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec)]
+
+
+def _warp_rows_grid(rows: int) -> int:
+    """Blocks of the one-warp-per-row kernels (attn_row_dot, attn_dq_finish): 8 rows a block."""
+    return min(_ceil(rows, 8), 1 << 20)
+
+
+def _finish_dq(backend: Any, names: dict[str, str], dq_acc: NvArray, dq: NvArray, rows: int,
+               n_q: int, e: int, scale: float, lay: bytes) -> None:
+    """Scale the summed dQ of a one-pass backward and round it into ``dq`` (in its layout)."""
+    ptr = backend.data_ptr
+    _launch(backend, names["dq_finish"], _warp_rows_grid(rows), 256,
+            [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay])
 
 
 def _backward_fused(
@@ -484,35 +439,12 @@ def _backward_fused(
     # K and V tiles; Q and dO tiles and lse and D rows, two buffers each; the dS tile
     smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + _DKDV_BM * (_DKDV_BN + 8) * 2
     smem += 4 * _DKDV_BM * 4
+    inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     for bh0, count in _bh_chunks(bh):
-        args = [
-            ptr(q),
-            ptr(k),
-            ptr(v),
-            ptr(grad_out),
-            ptr(lse),
-            ptr(dvec),
-            ptr(dk),
-            ptr(dv),
-            ptr(dq_acc),
-            n_q,
-            n_k,
-            e,
-            scale,
-            scale * LOG2E,
-            vec,
-            bh0,
-            lay,
-        ]
+        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec,
+                bh0, lay]
         _launch(backend, names["bwd_fused"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
-    rows = bh * n_q  # a warp per row, 8 per block
-    _launch(
-        backend,
-        names["dq_finish"],
-        min(_ceil(rows, 8), 1 << 20),
-        256,
-        [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay],
-    )
+    _finish_dq(backend, names, dq_acc, dq, bh * n_q, n_q, e, scale, lay)
 
 
 def _backward_tiled(
@@ -537,7 +469,7 @@ def _backward_tiled(
     tiles = SIMT_TILES[(dtype, tiled_head_dim(e))]
     ptr = backend.data_ptr
     vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
-    common = [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec)]
+    common = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     smem_kv, smem_q = tiled_smem(dtype, e, "dkdv"), tiled_smem(dtype, e, "dq")
     for bh0, count in _bh_chunks(b * h):
@@ -576,17 +508,12 @@ def _backward_tiled_fused(
     backend.fill(dq_acc, 0.0)
     vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
     smem = tiled_smem(dtype, e, "fused")
+    inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     for bh0, count in _bh_chunks(b * h):
-        args = [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec), ptr(dk), ptr(dv)]
-        args += [ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec, bh0, lay]
+        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec,
+                bh0, lay]
         _launch(backend, names["bwd_fused"], (_ceil(n_k, bm), count), _TILED_THREADS, args, smem)
-    _launch(  # a warp per row, 8 per block
-        backend,
-        names["dq_finish"],
-        min(_ceil(rows, 8), 1 << 20),
-        256,
-        [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay],
-    )
+    _finish_dq(backend, names, dq_acc, dq, rows, n_q, e, scale, lay)
 
 
 def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:
