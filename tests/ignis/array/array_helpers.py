@@ -20,6 +20,12 @@ TOL = {
 }
 
 
+# Products and sums (matmul, linear), with S the sum of the magnitudes of the terms (see
+# bound_check): largest |error| / S per element, output rounding (2^-11, 2^-8 relative for the
+# 16-bit types) plus accumulation in float32 (float64 for float64).
+PRODUCT_TOL = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5, "float64": 1e-12}
+
+
 def np_dtype(name: str) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
@@ -96,3 +102,27 @@ class FakeCudaBackend:
                 return 1
 
         return _Fake(device)
+
+
+def bound_check(got: np.ndarray, ref: np.ndarray, scale: np.ndarray, tol: float,
+                what: str = "") -> float:
+    """Assert |got - ref| <= tol * scale elementwise (NaN where ref is NaN); return max err/S."""
+    got = np.asarray(got, np.float64)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    nan = np.isnan(ref)
+    assert np.array_equal(np.isnan(got), nan), f"{what}: NaN pattern differs"
+    ok = ~nan
+    err = np.abs(got[ok] - ref[ok])
+    lim = tol * scale[ok]
+    with np.errstate(invalid="ignore"):
+        same_inf = np.isinf(ref[ok]) & (got[ok] == ref[ok])
+    bad = ~((err <= lim) | same_inf)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {err.size} elements off; first: got {got[ok][i]!r}, "
+            f"want {ref[ok][i]!r}, error {err[i]:.3g} > {tol} * S = {lim[i]:.3g}"
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(scale[ok] > 0, err / np.where(scale[ok] > 0, scale[ok], 1), 0)
+    return float(rel.max()) if rel.size else 0.0

@@ -36,6 +36,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tc_emulator
+from array_helpers import PRODUCT_TOL as TOL
+from array_helpers import bound_check
 from ignis._array._cuda_backend import matmul as mm
 
 import ignis
@@ -49,37 +51,12 @@ NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float
       "float64": np.float64}
 CXX = {"float16": "ignis::float16", "bfloat16": "ignis::bfloat16", "float32": "float",
        "float64": "double"}
-# Largest |error| / S per element: output rounding (2^-11, 2^-8 relative for the 16-bit types)
-# plus accumulation in float32 (float64 for float64).
-TOL = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5, "float64": 1e-12}
 TF32_TOL = 4e-3  # inputs rounded to 10 mantissa bits: each product within ~2^-10 relative
 TF32_RMS = 1e-3
 
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 
 
-def bound_check(got: np.ndarray, ref: np.ndarray, scale: np.ndarray, tol: float,
-                what: str = "") -> float:
-    """Assert |got - ref| <= tol * scale elementwise (NaN where ref is NaN); return max err/S."""
-    got = np.asarray(got, np.float64)
-    assert got.shape == ref.shape, (got.shape, ref.shape)
-    nan = np.isnan(ref)
-    assert np.array_equal(np.isnan(got), nan), f"{what}: NaN pattern differs"
-    ok = ~nan
-    err = np.abs(got[ok] - ref[ok])
-    lim = tol * scale[ok]
-    with np.errstate(invalid="ignore"):
-        same_inf = np.isinf(ref[ok]) & (got[ok] == ref[ok])
-    bad = ~((err <= lim) | same_inf)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise AssertionError(
-            f"{what}: {int(bad.sum())} of {err.size} elements off; first: got {got[ok][i]!r}, "
-            f"want {ref[ok][i]!r}, error {err[i]:.3g} > {tol} * S = {lim[i]:.3g}"
-        )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rel = np.where(scale[ok] > 0, err / np.where(scale[ok] > 0, scale[ok], 1), 0)
-    return float(rel.max()) if rel.size else 0.0
 
 
 def reference(a: np.ndarray, b: np.ndarray, alpha: float = 1.0, beta: float = 0.0,

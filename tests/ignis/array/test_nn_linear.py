@@ -8,15 +8,11 @@ from __future__ import annotations
 import ignis.nn
 import numpy as np
 import pytest
-from array_helpers import FLOATS, np_dtype
+from array_helpers import FLOATS, PRODUCT_TOL, bound_check, np_dtype
 from ignis._array._cuda_backend import matmul as cuda_matmul
 
 import ignis
 from ignis import DeviceMismatchError, ShapeError
-
-# Largest |error| / S per element, S the sum of the magnitudes of the terms (see
-# test_cuda_matmul.py): output rounding of 16-bit types plus float32 accumulation.
-TOL = {"float16": 1e-3, "bfloat16": 8e-3, "float32": 1e-5, "float64": 1e-12}
 
 
 def nv(values: np.ndarray, device: str) -> ignis.NvArray:
@@ -28,11 +24,7 @@ def data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.nda
 
 
 def check(got: ignis.NvArray, ref: np.ndarray, scale: np.ndarray, dtype: str, what: str) -> None:
-    g = got.to_host().astype(np.float64)
-    assert g.shape == ref.shape, (what, g.shape, ref.shape)
-    err = np.abs(g - ref)
-    lim = TOL[dtype] * scale + 1e-30
-    assert (err <= lim).all(), f"{what}: max error/S {float((err / (scale + 1e-30)).max()):.3g}"
+    bound_check(got.to_host(), ref, scale, PRODUCT_TOL[dtype], what)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
