@@ -439,13 +439,14 @@ class Driver:
                 slots = ignis.empty((2, seq, 3, 2, 64), dtype=dtype, device=d)
                 slots = slots.permute(2, 0, 3, 1, 4)
                 grad = self.arr((2, seq, 2, 64), dtype).permute(0, 2, 1, 3)
-                for fused in ((False, True) if dtype == "float32" else (False,)):
+                saved = cuda_attention.SIMT_FUSED_DQ
+                for fused in ((False, True) if dtype == "float32" else (saved,)):
                     cuda_attention.SIMT_FUSED_DQ = fused
                     try:
                         self.run(nn.attention_backward, grad, heads[0], heads[1], heads[2], out,
                                  lse, causal=True, dq=slots[0], dk=slots[1], dv=slots[2])
                     finally:
-                        cuda_attention.SIMT_FUSED_DQ = False
+                        cuda_attention.SIMT_FUSED_DQ = saved
 
         def linear(n: int) -> None:
             rows = min(n, 257)
