@@ -44,6 +44,7 @@ import ignis._kernel as _kernel
 import numpy as np
 from ignis._arg_packing import ArgPacker
 from ignis._array._cuda_backend import attention as cuda_attention
+from ignis._array._cuda_backend import elementwise as cuda_ew
 from ignis._array._cuda_backend._strided import StridedPacker
 from ignis._bindings import cu, driver
 
@@ -199,23 +200,7 @@ def _fake_load(cls: type, kernel: Any, device: Any) -> Any:
 def median_wall_us(fn: Callable[[], object], calls: int, sync: Callable[[], None]) -> float:
     """Median over rounds of wall-clock microseconds per call; the device drains between
     rounds, outside the timed part."""
-    for _ in range(min(calls, 2000)):
-        fn()
-    sync()
-    samples = []
-    gc_was = gc.isenabled()
-    gc.disable()  # collections would land in random rounds
-    try:
-        for _ in range(REAL_ROUNDS):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            samples.append((time.perf_counter() - t0) / calls * 1e6)
-            sync()
-    finally:
-        if gc_was:
-            gc.enable()
-    return statistics.median(samples)
+    return paired_median_us([fn], [sync], calls)[0]
 
 
 def ignis_ops() -> dict[str, Callable[[], object]]:
@@ -303,6 +288,59 @@ def run_fake(calls: int) -> None:
     print(f"\nOne fake driver call costs {per_fake:.3f} us (subtracted per driver call).")
 
 
+def paired_median_us(
+    fns: list[Callable[[], object]], syncs: list[Callable[[], None]], calls: int
+) -> list[float]:
+    """Median over rounds of wall-clock microseconds per call of each function, the device
+    drained between rounds outside the timed part. The functions' rounds take turns (round 1
+    of each, then round 2 of each, ...), so that a slow stretch of a shared host touches all
+    alike."""
+    for fn, sync in zip(fns, syncs, strict=True):
+        for _ in range(min(calls, 2000)):
+            fn()
+        sync()
+    samples: list[list[float]] = [[] for _ in fns]
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(REAL_ROUNDS):
+            for fn, sync, out in zip(fns, syncs, samples, strict=True):
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                out.append((time.perf_counter() - t0) / calls * 1e6)
+                sync()
+    finally:
+        if gc_was:
+            gc.enable()
+    return [statistics.median(x) for x in samples]
+
+
+def launch_floor() -> tuple[Callable[[], object], Callable[[], object] | None]:
+    """One bare launch each way: ``cuLaunchKernel`` of the add kernel through ``cuda.bindings``
+    with its arguments packed once (what every ignis op pays at least), and PyTorch's cheapest
+    launch from Python, ``torch.cuda._sleep(0)`` (one kernel of one thread; None without it)."""
+    a = ignis.zeros(N, device="cuda:0")
+    a + a  # compiles and loads the kernel
+    key = next(k for k in cuda_ew._kernels if k[0] == "add" and len(k) == 7)
+    kernel = cuda_ew._kernels[("binary", *key[:2], "float32", "float32", "float32", *key[3:6])]
+    state = kernel._loaded[0]
+    ptr = a._storage.ptr
+    block, address = state.packer.acquire([ptr, ptr, ptr, 0.0, 0.0, N])
+    function, handle, launch = state.function, ignis.current_stream().handle, driver.cuLaunchKernel
+
+    def bindings() -> object:
+        return launch(function, 1, 1, 1, 256, 1, 1, 0, handle, address, 0), block, a
+
+    try:
+        import torch
+
+        sleep = torch.cuda._sleep if torch.cuda.is_available() else None
+    except (ImportError, AttributeError):
+        sleep = None
+    return bindings, (None if sleep is None else lambda: sleep(0))
+
+
 def run_real(calls: int) -> None:
     def sync() -> None:
         ignis.synchronize()
@@ -310,7 +348,7 @@ def run_real(calls: int) -> None:
     ops = ignis_ops()
     torch = torch_ops()
     print(f"Host cost per op on {ignis.Device(0).name}, {N} float32 elements; wall time, "
-          f"median of {REAL_ROUNDS} rounds of {calls} calls")
+          f"median of {REAL_ROUNDS} rounds of {calls} calls (ignis and torch rounds alternate)")
     if torch:
         import torch as _torch
 
@@ -320,9 +358,13 @@ def run_real(calls: int) -> None:
         print("| op | ignis us per call | torch us per call | ignis / torch |")
         print("|---|---:|---:|---:|")
         for label, fn in ops.items():
-            us = median_wall_us(fn, calls, sync)
-            tus = median_wall_us(torch[label], calls, tsync)
+            us, tus = paired_median_us([fn, torch[label]], [sync, tsync], calls)
             print(f"| {label} | {us:.2f} | {tus:.2f} | {us / tus:.2f} |")
+        bindings, sleep = launch_floor()
+        if sleep is not None:
+            us, tus = paired_median_us([bindings, sleep], [sync, tsync], calls)
+            print(f"| one bare launch (cuda.bindings cuLaunchKernel / torch.cuda._sleep(0)) "
+                  f"| {us:.2f} | {tus:.2f} | {us / tus:.2f} |")
     else:
         print("| op | ignis us per call |")
         print("|---|---:|")

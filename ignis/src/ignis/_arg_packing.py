@@ -493,8 +493,18 @@ def _pack_lines(packer: ArgPacker) -> list[str]:
         label = "".join(ch if ch.isprintable() else "?" for ch in _label(p))
         lines.append(f"# args[{i}] ({label})")
         lines.extend(_fast_path(p, i))
-    values = ", ".join(f"v{i}" for i in range(n))
-    return lines + [
+    return lines + block_lines(packer, "args")
+
+
+def block_lines(packer: ArgPacker, args: str) -> list[str]:
+    """The lines of :func:`_pack_lines` that take a block and write the converted values
+    ``v0 .. v<n-1>`` into it (``packed``); ``args`` is the expression an out-of-range error
+    reports. Shared with launches whose caller passes converted values (see
+    ``Kernel.prepared``)."""
+    layout = packer._layout
+    assert layout is not None and packer._count
+    values = ", ".join(f"v{i}" for i in range(packer._count))
+    return [
         "try:",
         "    packed = take_block()",
         "except IndexError:  # every pooled block is in use (other threads, nested launches)",
@@ -503,7 +513,7 @@ def _pack_lines(packer: ArgPacker) -> list[str]:
         f"    pack_values(packed[0], {layout.table_bytes}, {values})",
         "except (struct_error, OverflowError):  # a value out of its type's range",
         "    release_block(packed)",
-        "    raise out_of_range(args) from None",
+        f"    raise out_of_range({args}) from None",
     ]
 
 

@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._arg_packing import ArgPacker, build_function
+from ._arg_packing import ArgPacker, block_lines, build_function
 from ._bindings import check, cu, driver
 from ._compiler import CompileOptions, ObjectCode, compile
 from ._device import Device, activate, current_device
@@ -221,24 +221,29 @@ _LAUNCH_HEAD = (
     "        dims = state.dims(grid, block, shared_mem, cooperative)",
     "    gx, gy, gz, bx, by, bz, smem = dims",
 )
-_LAUNCH_TAIL = (
+_ACTIVATE = (
     "try:",
     "    active = device_tls.active",
     "except AttributeError:  # this thread has not activated any device yet",
     "    active = None",
     "if active is not device:",
     "    activate(device)",
+)
+_LAUNCH_PLAIN = (
+    "result = launch_kernel(function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
+    "release_block(packed)  # the driver has copied the values: the block is free again",
+    "if result[0]:  # a status other than success (0): check() raises its CudaError",
+    "    check(result, 'cuLaunchKernel')",
+)
+_LAUNCH_TAIL = (
+    *_ACTIVATE,
     "if cooperative:",
     "    result = launch_cooperative_kernel(",
     "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1])",
     "    release_block(packed)",
     "    check(result, 'cuLaunchCooperativeKernel')",
     "else:",
-    "    result = launch_kernel(",
-    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
-    "    release_block(packed)  # the driver has copied the values: the block is free again",
-    "    if result[0]:  # a status other than success (0): check() raises its CudaError",
-    "        check(result, 'cuLaunchKernel')",
+    *(f"    {line}" for line in _LAUNCH_PLAIN),
     "state.launches += 1",
 )
 _LAUNCH_SIGNATURE = "grid, block, args=(), *, shared_mem=0, stream=None, cooperative=False"
@@ -253,17 +258,11 @@ def _build_launcher(state: _Loaded, elsewhere: Callable[..., None]) -> Callable[
     :func:`activate` are bound now, from this module's globals.
     """
     pack, names = state.packer.pack_code()
+    names = _launch_names(state, names)
     names.update(
-        state=state,
         configs=state.configs,
-        device=state.device,
-        function=state.function,
         elsewhere=elsewhere,
         current_stream=current_stream,
-        device_tls=_device_tls,
-        activate=activate,
-        check=check,
-        launch_kernel=state.launch_kernel,
         launch_cooperative_kernel=state.launch_cooperative_kernel,
     )
     body = [*_LAUNCH_HEAD, *pack, *_LAUNCH_TAIL]
@@ -272,6 +271,52 @@ def _build_launcher(state: _Loaded, elsewhere: Callable[..., None]) -> Callable[
     launch.__qualname__ = "Kernel.launch"
     launch.__doc__ = Kernel.launch.__doc__
     launch.source = source  # type: ignore[attr-defined]
+    return launch
+
+
+def _launch_names(state: _Loaded, names: dict[str, Any]) -> dict[str, Any]:
+    """``names`` plus what the launch lines bind from the kernel's state and this module."""
+    names.update(
+        state=state,
+        device=state.device,
+        function=state.function,
+        device_tls=_device_tls,
+        activate=activate,
+        check=check,
+        launch_kernel=state.launch_kernel,
+    )
+    return names
+
+
+def _build_prepared(state: _Loaded, dims: tuple[int, ...]) -> Callable[..., None] | None:
+    """Generate ``launch(stream, v0, .., v<n-1>)`` for one validated configuration ``dims``
+    (see :meth:`Kernel._prepared`); None for a kernel whose layout depends on its values."""
+    packer = state.packer
+    if packer._layout is None or not packer._count:
+        return None
+    _, names = packer.pack_code()
+    gx, gy, gz, bx, by, bz, smem = dims
+    names = _launch_names(state, names)
+    ordinal = state.device.ordinal
+
+    def wrong_stream(stream: Stream) -> LaunchError:
+        return LaunchError(
+            f"prepared launch of {state.name!r} on cuda:{ordinal}: expected a stream of "
+            f"cuda:{ordinal}, got one of cuda:{stream.device.ordinal}"
+        )
+
+    names.update(gx=gx, gy=gy, gz=gz, bx=bx, by=by, bz=bz, smem=smem, wrong_stream=wrong_stream)
+    values = ", ".join(f"v{i}" for i in range(packer._count))
+    body = [
+        "if stream.device is not device:",
+        "    raise wrong_stream(stream)",
+        *block_lines(packer, f"({values},)"),
+        *_ACTIVATE,
+        *_LAUNCH_PLAIN,
+        "state.launches += 1",
+    ]
+    filename = f"<ignis prepared launch of {state.name!r} on cuda:{state.device.ordinal}>"
+    _, launch = build_function("launch", f"stream, {values}", body, names, filename)
     return launch
 
 
@@ -329,6 +374,7 @@ class Kernel:
         self.params = parse_kernel_params(source, name)
         self._loaded: dict[int, _Loaded] = {}
         self._launchers: dict[int, Callable[..., None]] = {}
+        self._prepared_launches: dict[tuple[int, ...], Callable[..., None] | None] = {}
         self._lock = threading.Lock()
         return self
 
@@ -366,6 +412,29 @@ class Kernel:
             self._state(device)
             launcher = self._launchers[device.ordinal]
         return launcher
+
+    def _prepared(
+        self, device: Device, grid: int, block: int, shared_mem: int = 0
+    ) -> Callable[..., None] | None:
+        """A launch of one configuration on ``device``: ``launch(stream, v0, .., v<n-1>)``.
+
+        For the kernel library's hot paths. The configuration is validated here, once; the
+        caller passes a stream of ``device`` and values already converted to the parameter
+        types (ints for pointers and integers, floats for floating-point parameters): no
+        conversion runs, and a value of another type fails in the packing with a LaunchError.
+        Remembered per configuration (at most ``_MAX_CACHED_CONFIGS``); None for a kernel whose
+        argument layout depends on its values.
+        """
+        # Kept here, not in the device state, which the launches themselves hold.
+        key = (device.ordinal, grid, block, shared_mem)
+        prepared = self._prepared_launches.get(key, _NEVER)
+        if prepared is _NEVER:
+            state = self._state(device)
+            prepared = _build_prepared(state, state.dims(grid, block, shared_mem, False))
+            if len(self._prepared_launches) >= _MAX_CACHED_CONFIGS:
+                self._prepared_launches.clear()
+            self._prepared_launches[key] = prepared
+        return prepared
 
     def launch(
         self,

@@ -641,3 +641,71 @@ def test_a_launch_nested_in_the_driver_call_does_not_overwrite_the_outer_one(rig
     k.launch(grid=1, block=32, args=[ADDR, 1], stream=rig.stream)
     assert after == [noop_values(ADDR, 1)]
     assert [c["values"] for c in plain.calls] == [noop_values(ADDR + 8, 2), noop_values(ADDR, 1)]
+
+
+# --- prepared launches (the kernel library's hot paths) ------------------------------------------
+
+
+def test_a_prepared_launch_hands_the_driver_what_launch_would(rig: Rig) -> None:
+    k, drivers = rig.kernel(AXPBY, "axpby", AXPBY_SIZES)
+    plain = drivers[0][0]
+    go = k._prepared(rig.dev, 7, 96, 128)
+    assert k._prepared(rig.dev, 7, 96, 128) is go  # one per configuration
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        values = [
+            float(rng.standard_normal()),
+            int(rng.integers(1, 2**63)),
+            float(rng.standard_normal() * 1e100),
+            int(rng.integers(1, 2**63)),
+            int(rng.integers(-(2**63), 2**63 - 1)),
+            int(rng.integers(0, 2**16)),
+            bool(rng.integers(2)),
+            float(rng.uniform(-60000, 60000)),
+        ]
+        k.launch(grid=7, block=96, shared_mem=128, args=values, stream=rig.stream)
+        go(rig.stream, *values)
+        by_launch, by_prepared = plain.calls[-2], plain.calls[-1]
+        assert by_prepared == by_launch
+    assert by_prepared["grid"] == (7, 1, 1) and by_prepared["block"] == (96, 1, 1)
+    assert by_prepared["shared_mem"] == 128 and int(by_prepared["stream"]) == 0x5000
+    assert k.launch_count == 40
+
+
+def test_a_prepared_configuration_is_validated_when_prepared(rig: Rig) -> None:
+    k, drivers = rig.kernel()
+    with pytest.raises(ignis.LaunchError, match="block"):
+        k._prepared(rig.dev, 1, 4096)
+    assert not drivers[0][0].calls
+
+
+def test_prepared_launch_errors_name_the_kernel_and_keep_the_storage(rig: Rig) -> None:
+    k, drivers = rig.kernel()
+    plain = drivers[0][0]
+    go = k._prepared(rig.dev, 1, 32)
+    go(rig.stream, ADDR, 1)
+    pool = k._loaded[0].packer._pool
+    blocks = len(pool)
+    with pytest.raises(ignis.LaunchError, match=r"\(n: int\): 2147483648 is out of range"):
+        go(rig.stream, ADDR, 2**31)
+    with pytest.raises(ignis.LaunchError, match=r"expects an integer for int, got float"):
+        go(rig.stream, ADDR, 1.5)
+    other = fake_stream(fake_device(1), 0x10)
+    with pytest.raises(
+        ignis.LaunchError, match=r"'noop' on cuda:0: expected a stream of cuda:0, got one of cuda:1"
+    ):
+        go(other, ADDR, 1)
+    assert len(pool) == blocks and len(plain.calls) == 1
+    plain.status = driver.CUresult.CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(ignis.CudaError, match="cuLaunchKernel"):
+        go(rig.stream, ADDR, 2)
+    assert len(pool) == blocks and k.launch_count == 1
+
+
+def test_a_prepared_launch_activates_the_device_when_another_is_active(rig: Rig) -> None:
+    k, _ = rig.kernel()
+    go = k._prepared(rig.dev, 1, 32)
+    device_module._tls.active = fake_device(3)
+    go(rig.stream, ADDR, 1)
+    go(rig.stream, ADDR, 2)
+    assert rig.activations == [("MainThread", 0)]

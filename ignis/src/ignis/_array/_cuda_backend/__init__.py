@@ -140,11 +140,10 @@ class CudaBackend(Backend):
     def fill(self, dst: NvArray, value: Any) -> None:
         elementwise.fill(self, dst, value)
 
-    def unary(self, op: str, out: NvArray, x: NvArray, compute: DType, params: dict[str, Any]) -> None:
-        elementwise.unary(self, op, out, x, compute, params)
-
-    def binary(self, op: str, out: NvArray, a: Any, b: Any, compute: DType) -> None:
-        elementwise.binary(self, op, out, a, b, compute)
+    # The hooks of every small op are the family functions themselves (their first parameter is
+    # the backend), not methods that call them: one Python call less per op.
+    unary = elementwise.unary
+    binary = elementwise.binary
 
     def where(self, out: NvArray, cond: Any, a: Any, b: Any, compute: DType) -> None:
         elementwise.where(self, out, cond, a, b, compute)

@@ -105,10 +105,14 @@ _SCALARS = frozenset((bool, int, float))
 _PACKERS = {n: _strided.StridedPacker(n) for n in (1, 2, 3, 4)}
 _CACHE_LIMIT = 1024  # entries of each layout cache before it starts over
 
-# Compiled kernels by (family, template arguments as names and ints, device ordinal). A
-# binary_contig kernel whose array operands have the output's dtype is also kept under the
-# short key (op, compute name, dtype name, form, V, ordinal) that binary's fast path looks up.
-_kernels: dict[tuple[Any, ...], Kernel] = {}
+# Compiled kernels by (family, template arguments as names and ints, device ordinal). The fast
+# paths of dense element-wise ops also find here, under keys that end in the element count, the
+# prepared launch (Kernel._prepared) of a kernel and its grid: for binary_contig with array
+# operands of the output's dtype, (op, compute name, dtype name, form, V, ordinal, n); for
+# unary_contig, (functor, compute name, dtype name, operand dtype name, V, ordinal, n).
+_kernels: dict[tuple[Any, ...], Any] = {}
+_fast_keys: list[tuple[Any, ...]] = []  # the keys of the prepared launches, oldest first
+_FAST_LIMIT = 1024
 _grid_caps: dict[int, int] = {}
 _layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _contiguous_strides: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
@@ -143,6 +147,21 @@ def _kernel(
         kernel = library_kernel(source, kernel_name(family, *args), backend.gpu)
         _kernels[key] = kernel
     return kernel
+
+
+def _remember_fast(key: tuple[Any, ...], backend: Any, kernel: Kernel, grid: int) -> None:
+    """Keep ``kernel``'s prepared launch of ``grid`` blocks under ``key`` in ``_kernels`` for a
+    fast path (the first launch went through ``kernel.launch``, which validated everything).
+    At most ``_FAST_LIMIT`` of them: sizes that keep changing start the set over."""
+    launch = kernel._prepared(backend.gpu, grid, BLOCK)
+    if launch is None:
+        return
+    if len(_fast_keys) >= _FAST_LIMIT:
+        for old in _fast_keys:
+            _kernels.pop(old, None)
+        _fast_keys.clear()
+    _kernels[key] = launch
+    _fast_keys.append(key)
 
 
 def _grid_cap(backend: Any) -> int:
@@ -393,6 +412,10 @@ def unary(
     px = x._storage.ptr + x._offset
     v = _width(out, po, x, px, None, 0)
     if v:
+        launch = _kernels.get((functor, compute.name, od.name, xd.name, v, ordinal, n))
+        if launch is not None:
+            launch(backend.stream, po, px, n)
+            return
         key = ("unary", functor, compute.name, od.name, xd.name, v, ordinal)
         kernel = _kernels.get(key)
         if kernel is None:
@@ -403,9 +426,9 @@ def unary(
                 "unary_contig",
                 (functor, _WORK[compute], CTYPE[od], CTYPE[xd], v),
             )
-        kernel.launch(
-            _contig_grid(backend, ordinal, n, v), BLOCK, [po, px, n], stream=backend.stream
-        )
+        grid = _contig_grid(backend, ordinal, n, v)
+        kernel.launch(grid, BLOCK, [po, px, n], stream=backend.stream)
+        _remember_fast(key[1:] + (n,), backend, kernel, grid)
         return
     layout = _layout(shape, [out._strides, x._strides])
     wide = layout[2]
@@ -446,21 +469,20 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
         and ((strides[0] == od.itemsize) if len(shape) == 1 else _dense(out))
     ):
         n = shape[0] if len(shape) == 1 else _numel(shape)
-        ordinal = backend.gpu.ordinal
         po = out._storage.ptr + out._offset
         px = x._storage.ptr + x._offset
         py = 0 if y is None else y._storage.ptr + y._offset
         v = 1 if (po | px | py) & 15 else 16 // od.itemsize
-        kernel = _kernels.get((op, compute.name, od.name, form, v, ordinal))
-        if kernel is not None and n:
-            zero = _ZERO_N[compute.name]
+        cname = compute.name
+        launch = _kernels.get((op, cname, od.name, form, v, backend.gpu.ordinal, n))
+        if launch is not None:
+            zero = _ZERO_N[cname]
             if form == 0:
-                args = [po, px, py, zero, zero, n]
+                launch(backend.stream, po, px, py, zero, zero, n)
             elif form == 1:
-                args = [po, 0, px, _PYTYPE_N[compute.name](a), zero, n]
+                launch(backend.stream, po, 0, px, _PYTYPE_N[cname](a), zero, n)
             else:
-                args = [po, px, 0, zero, _PYTYPE_N[compute.name](b), n]
-            kernel.launch(_contig_grid(backend, ordinal, n, v), BLOCK, args, stream=backend.stream)
+                launch(backend.stream, po, px, 0, zero, _PYTYPE_N[cname](b), n)
             return
     functor = _BINARY_FUNCTOR.get(op)
     if functor is None:
@@ -501,14 +523,10 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
                 "binary_contig",
                 (functor, w, CTYPE[od], CTYPE[ta] if ta else w, CTYPE[tb] if tb else w, form, v),
             )
-            if (ta is od or ta is None) and (tb is od or tb is None):
-                _kernels[(op, cname, od.name, form, v, ordinal)] = kernel  # for the fast path
-        kernel.launch(
-            _contig_grid(backend, ordinal, n, v),
-            BLOCK,
-            [po, pa, pb, sa, sb, n],
-            stream=backend.stream,
-        )
+        grid = _contig_grid(backend, ordinal, n, v)
+        kernel.launch(grid, BLOCK, [po, pa, pb, sa, sb, n], stream=backend.stream)
+        if (ta is od or ta is None) and (tb is od or tb is None):
+            _remember_fast((op, cname, od.name, form, v, ordinal, n), backend, kernel, grid)
         return
     if not form:
         plan = _bcast_plan(out, a, b)
@@ -812,9 +830,7 @@ def arange(backend: Any, out: NvArray, start: float, step: float) -> None:
     ordinal = backend.gpu.ordinal
     if dtype.kind == "f":
         key = ("arange_f", dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(
-            backend, key, SOURCE, "arange_float", (CTYPE[dtype],)
-        )
+        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_float", (CTYPE[dtype],))
         args = [_ptr(out), float(start), float(step), n]
     else:
         key = ("arange_i", dtype.name, ordinal)
