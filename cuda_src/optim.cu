@@ -1,5 +1,6 @@
 // optim.cu - multi-tensor optimizer kernels: SGD, Adam/AdamW, global L2 norm, scale with a
-// non-finite check, per-tensor step counters and the dynamic loss-scale update.
+// non-finite check, zeroing (zero_grad), per-tensor step counters and the dynamic loss-scale
+// update.
 //
 // One launch covers every tensor of a list. The host packs a table (int64, in device memory):
 //   ptr[k * T + t]   address of slot k (param, grad, state, ...) of tensor t; 0 = absent
@@ -362,6 +363,32 @@ __global__ void optim_scale(const int64* table, int T_, int K, int B, int64 chun
   f.bad = false;
   for_range(r, aligned(f.x, sizeof(T) == 2 ? 8 : 16), f);
   if (f.bad) *found_inf = 1.0f;  // every writer writes the same value
+}
+
+// --- zero: x = +0 for every element (a NaN or Inf in x is overwritten, unlike x * 0) ----------
+
+namespace optim {
+
+template <class T> struct Zero {
+  typedef typename math_type<T>::type M;
+  int64 x;
+  template <int W> IGNIS_DEV void apply(int64 i) {
+    M v[W];
+    for (int k = 0; k < W; ++k) v[k] = M(0);
+    store<W, M, T>(x, i, v);
+  }
+};
+
+}  // namespace optim
+
+template <class T>
+__global__ void optim_zero(const int64* table, int T_, int K, int B, int64 chunk) {
+  using namespace optim;
+  Table tb = {table, T_, K, B};
+  Range r = block_range(tb, chunk);
+  Zero<T> f;
+  f.x = tb.ptr(0, r.tensor);
+  for_range(r, aligned(f.x, sizeof(T) == 2 ? 8 : 16), f);
 }
 
 // --- dynamic loss scale update (one thread) ------------------------------------------------------

@@ -172,6 +172,35 @@ def test_zero_grad_in_place_keeps_the_buffer(device):
     opt.step()  # no gradients: nothing happens
 
 
+@pytest.mark.parametrize("owner", ["optimizer", "module"])
+def test_zero_grad_overwrites_nan_and_reaches_every_kind_of_gradient(device, owner):
+    # Contiguous float gradients are zeroed together, others one by one: all end at +0, NaN
+    # and Inf included (zeroing is a store, not a multiply by 0), and each keeps its buffer.
+    from ignis_autograd import nn
+
+    rng = np.random.default_rng(3)
+    model = nn.Sequential(nn.Linear(3, 4, device=device), nn.Linear(4, 2, device=device))
+    params = list(model.parameters())
+    grads = []
+    for i, p in enumerate(params):
+        host = rng.standard_normal(p.shape).astype(np.float32)
+        host.flat[0] = [np.nan, np.inf, -np.inf, 5.0][i]
+        if i == 1:  # a strided view as the gradient
+            wide = ignis.asarray(np.repeat(host[:, None], 2, axis=1), device=device)
+            grads.append(wide[:, 0])
+        else:
+            grads.append(ignis.asarray(host, device=device))
+        p.grad = grads[-1]
+    params[3].grad = grads[3] = grads[3].astype("float64")  # a second dtype
+    if owner == "optimizer":
+        SGD(params, lr=0.1).zero_grad()
+    else:
+        model.zero_grad()
+    for p, g in zip(params, grads, strict=True):
+        assert p.grad is g
+        assert not np.asarray(g.to_host()).view(np.uint8).any()  # +0 bit patterns
+
+
 # --- clipping -------------------------------------------------------------------------------------
 
 

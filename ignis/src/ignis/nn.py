@@ -44,6 +44,7 @@ from ._array._nn_optim import (
     multi_tensor_l2_norm,
     multi_tensor_scale_,
     multi_tensor_sgd_,
+    multi_tensor_zero_,
 )
 
 # --- [end optim]
@@ -94,6 +95,7 @@ __all__: list[str] = [
     "multi_tensor_l2_norm",
     "multi_tensor_scale_",
     "multi_tensor_clip_",
+    "multi_tensor_zero_",
     "amp_update_scale_",
     # --- [end optim]
     # --- [activation]

@@ -1,5 +1,5 @@
-"""ignis.nn multi-tensor optimizer kernels: SGD, Adam/AdamW, global norm, scale, clip and the
-loss-scale update, against float64 NumPy references written here, on every device."""
+"""ignis.nn multi-tensor optimizer kernels: SGD, Adam/AdamW, global norm, scale, clip, zero and
+the loss-scale update, against float64 NumPy references written here, on every device."""
 
 from __future__ import annotations
 
@@ -342,6 +342,30 @@ def test_scale_inverse_unscales_and_flags_non_finite_inputs(device, dtype):
     np.testing.assert_allclose(_host(xs[0]), before[0], rtol=1e-7)  # x / 8 * 8
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_zero_stores_positive_zeros_over_everything_including_nan_and_inf(device, dtype):
+    rng = np.random.default_rng(5)
+    hosts = _rand(rng, [(31,), (0,), (33, 5), (70001,)], scale=100.0)
+    hosts[0][[1, 7, 20]] = [np.nan, np.inf, -np.inf]
+    hosts[2][0, 0] = -0.0
+    xs = [_arr(h, device, dtype) for h in hosts]
+    other = _arr(hosts[3], device, dtype)  # not in the list: untouched
+    nn.multi_tensor_zero_(xs)
+    for x, h in zip(xs, hosts, strict=True):
+        bits = np.asarray(x.to_host()).view(np.uint8)
+        assert x.shape == h.shape and not bits.any()  # +0 everywhere (a NaN * 0 would stay)
+    np.testing.assert_array_equal(_host(other), _host(_arr(hosts[3], "cpu", dtype)))
+    nn.multi_tensor_zero_([])  # nothing to do
+
+
+def test_zero_of_mixed_dtypes_zeroes_each(device):
+    rng = np.random.default_rng(6)
+    xs = [_arr(rng.standard_normal(s), device, d)
+          for s, d in [((9,), "float32"), ((5, 3), "bfloat16"), ((70,), "float32")]]
+    nn.multi_tensor_zero_(xs)
+    assert all(not np.asarray(x.to_host()).view(np.uint8).any() for x in xs)
+
+
 def test_clip_scales_by_min_one_max_norm_over_norm(device):
     rng = np.random.default_rng(5)
     hosts = _rand(rng, [(33,), (1000,)])
@@ -418,6 +442,13 @@ def test_bad_input_raises_clearly(device):
         nn.multi_tensor_sgd_([ignis.zeros((6,), device=device)[::2]], g, None, st, lr)
     with pytest.raises(ShapeError, match=r"tensors\[0\] .* must be contiguous"):
         nn.multi_tensor_scale_([ignis.zeros((6,), device=device)[::2]], lr)
+    with pytest.raises(ShapeError, match=r"multi_tensor_zero_: tensors\[1\] .* must be contig"):
+        nn.multi_tensor_zero_([g[0], ignis.zeros((6,), device=device)[::2]])
+    with pytest.raises(DTypeError, match=r"multi_tensor_zero_: tensors\[0\] has dtype int32"):
+        nn.multi_tensor_zero_([ignis.ones((3,), dtype="int32", device=device)])
+    with pytest.raises(TypeError, match=r"multi_tensor_zero_: tensors must be a list"):
+        nn.multi_tensor_zero_(g[0])
+    assert _host(g[0]).tolist() == [1.0, 1.0, 1.0]  # a refused call changes nothing
     with pytest.raises(ValueError, match=r"max_norm must be >= 0"):
         nn.multi_tensor_clip_(g, lr, max_norm=-1.0)
     with pytest.raises(ValueError, match=r"backoff_factor must be in \(0, 1\)"):
@@ -581,12 +612,14 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     cuda_optim.l2_norm(fake, norm, g)
     cuda_optim.scale(fake, g, flag, 2, 1.0, flag)
     cuda_optim.update_scale(fake, flag, ignis.zeros((), dtype="int32", device="cpu"), flag, 2.0, 0.5, 10)
+    cuda_optim.zero(fake, g)
     names = [entry[0] for entry in log]
     assert names == [
         "ignis::ignis_optim_step_count", "ignis::optim_adam<ignis::bfloat16, float, float>",
         "ignis::ignis_optim_step_count", "ignis::optim_sgd<ignis::bfloat16, float, float>",
         "ignis::optim_sumsq_partial<float>", "ignis::ignis_optim_norm_final",
         "ignis::optim_scale<float>", "ignis::ignis_optim_update_scale",
+        "ignis::optim_zero<float>",
     ]
     src = _sources.read_source("optim.cu")
     compiled = set(cuda_optim.name_expressions())
@@ -613,3 +646,10 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     # the SGD call passed no masters: its slot 3 holds null addresses
     sgd_table = np.ctypeslib.as_array((ctypes.c_int64 * 15).from_address(log[3][3][0]))
     assert list(sgd_table[9:12]) == [0, 0, 0]  # slot 3 (masters) empty
+    # zero: one slot (the gradients), the same sizes, one block per chunk
+    _, grid, block, args = log[-1]
+    assert grid == 3 and args[1:] == [3, 1, 3, cuda_optim.CHUNK]
+    zero_table = np.ctypeslib.as_array((ctypes.c_int64 * (2 * 3 + 6)).from_address(args[0]))
+    np.testing.assert_array_equal(
+        zero_table, cuda_optim.pack_table([[ptr(a) for a in g]], [5, 0, 70001], cuda_optim.CHUNK)
+    )

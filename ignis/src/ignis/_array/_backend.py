@@ -507,6 +507,13 @@ class Backend(abc.ABC):
         input element sets it to 1 (it is never cleared)."""
         raise NotImplementedError(f"{type(self).__name__} has no multi-tensor scale")
 
+    def optim_zero(self, tensors: list[NvArray]) -> None:
+        """Set every element of every array of ``tensors`` (one float dtype, contiguous) to +0.
+        Portable default: one ``fill`` per array; a backend with a multi-tensor kernel does it
+        in one launch."""
+        for x in tensors:
+            self.fill(x, 0)
+
     def optim_update_scale(self, scale: NvArray, growth_tracker: NvArray, found_inf: NvArray,
                            growth_factor: float, backoff_factor: float,
                            growth_interval: int) -> None:

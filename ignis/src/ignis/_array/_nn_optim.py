@@ -509,6 +509,22 @@ def multi_tensor_scale_(
     _scale(op, xs, factor, 1 if inverse else 0, 0.0, found_inf)
 
 
+def multi_tensor_zero_(tensors: Sequence[NvArray]) -> None:
+    """``x[...] = 0`` for every array of ``tensors`` (floating point, contiguous, one device),
+    in one launch per dtype on a GPU instead of one fill per array: ``zero_grad``'s work.
+    NaN and Inf are overwritten too (it stores zeros; it does not multiply by 0).
+
+    Example: ``multi_tensor_zero_([p.grad for p in params])``.
+    """
+    op = "multi_tensor_zero_"
+    xs = _float_list(tensors, op, contiguous=True)
+    if not xs:
+        return
+    backend = get_backend(xs[0].device)
+    for idx in _groups(len(xs), lambda i: xs[i].dtype).values():
+        backend.optim_zero([xs[i] for i in idx])
+
+
 def multi_tensor_clip_(tensors: Sequence[NvArray], total_norm: NvArray, max_norm: float) -> None:
     """Gradient clipping given the norm: ``x *= min(1, max_norm / (total_norm + 1e-6))``.
 

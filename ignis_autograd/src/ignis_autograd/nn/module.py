@@ -32,6 +32,7 @@ from ignis._dtypes import as_dtype
 
 from ignis import DTypeError, NvArray, ShapeError
 
+from .._grads import zero_grads
 from ..tensor import Tensor
 from .parameter import Parameter
 
@@ -257,14 +258,10 @@ class Module:
         return self
 
     def zero_grad(self, set_to_none: bool = False) -> None:
-        """Reset the gradients: fill them with zeros, or drop them (``set_to_none=True``)."""
-        for p in self.parameters():
-            if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                p.grad.fill_(0)
+        """Reset the gradients: fill them with zeros, or drop them (``set_to_none=True``). The
+        contiguous floating-point gradients are zeroed together (one launch per device and
+        dtype on a GPU)."""
+        zero_grads(self.parameters(), set_to_none)
 
     # --- device and dtype --------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ import numpy as np
 import ignis
 from ignis import DeviceMismatchError, DTypeError, NvArray, ShapeError
 
+from .._grads import zero_grads
 from ..tensor import Tensor
 
 __all__ = ["Optimizer", "ParamGroup"]
@@ -244,15 +245,10 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Clear the gradients: in place by default (the buffers stay where they are, which a
-        captured CUDA graph needs), or drop them with ``set_to_none=True``."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.fill_(0)
+        captured CUDA graph needs), or drop them with ``set_to_none=True``. In place, the
+        contiguous floating-point gradients are zeroed together (one launch per device and
+        dtype on a GPU)."""
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     # --- saving and loading -----------------------------------------------------------------------
 

@@ -298,6 +298,9 @@ class CudaBackend(Backend):
                     found_inf: Any) -> None:
         self._optim.scale(self, tensors, factor, mode, max_norm, found_inf)
 
+    def optim_zero(self, tensors: Any) -> None:
+        self._optim.zero(self, tensors)
+
     def optim_update_scale(self, scale: Any, growth_tracker: Any, found_inf: Any,
                            growth_factor: float, backoff_factor: float,
                            growth_interval: int) -> None:

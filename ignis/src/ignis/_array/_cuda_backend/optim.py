@@ -46,6 +46,7 @@ def name_expressions() -> list[str]:
     names += [f"ignis::optim_adam<{p}, {g}, {s}>" for p, g, s in combos]
     for t in ("float", "double", "ignis::float16", "ignis::bfloat16"):
         names += [f"ignis::optim_sumsq_partial<{t}>", f"ignis::optim_scale<{t}>"]
+        names.append(f"ignis::optim_zero<{t}>")
     # extern "C" kernels still live in namespace ignis: their name expressions are qualified.
     names += [f"ignis::ignis_optim_{k}" for k in ("step_count", "norm_final", "update_scale")]
     return names
@@ -207,6 +208,15 @@ def scale(backend: Any, tensors: list[NvArray], factor: NvArray, mode: int, max_
         _launch(backend, f"ignis::optim_scale<{CTYPE[tensors[0].dtype.name]}>", B, THREADS,
                 [backend.data_ptr(table), T, 1, B, CHUNK, backend.data_ptr(factor), mode,
                  max_norm, _ptr(backend, found_inf)])
+
+
+def zero(backend: Any, tensors: list[NvArray]) -> None:
+    n = len(tensors)
+    table, T, B = _tables(backend).get(backend, [_ptrs(backend, tensors, n)],
+                                       [x.numel for x in tensors])
+    if B:
+        _launch(backend, f"ignis::optim_zero<{CTYPE[tensors[0].dtype.name]}>", B, THREADS,
+                [backend.data_ptr(table), T, 1, B, CHUNK])
 
 
 def update_scale(backend: Any, scale_: NvArray, tracker: NvArray, found_inf: NvArray,
