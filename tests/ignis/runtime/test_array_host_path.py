@@ -433,3 +433,56 @@ def test_a_failed_launch_still_raises_its_cuda_error(gpu, monkeypatch) -> None:
         ):
             a + a  # noqa: B018
     assert ignis.memory_stats(0)["current_bytes"] == base  # the results were freed
+
+
+def test_repeated_dense_ops_allocate_and_launch_in_one_call(gpu, monkeypatch) -> None:
+    # Once a plan and its prepared launch exist, a dense op of the result's dtype goes straight
+    # from the front end's plan to an allocation and the prepared launch: the general
+    # allocation step is not called, and the driver sees what the general path gave it.
+    from ignis._array import _creation
+
+    general = []
+    allocate = _creation._allocate
+    monkeypatch.setattr(
+        _creation, "_allocate", lambda *args: general.append(args[0]) or allocate(*args)
+    )
+    base, other = empty(1000), empty(1000)
+    cases = {
+        "a + b": lambda: base + other,
+        "a * 2.5": lambda: base * 2.5,
+        "3.0 - a": lambda: 3.0 - base,
+        "misaligned": lambda: base[1:] + other[1:],
+        "exp": lambda: ignis.exp(base),
+    }
+    for label, fn in cases.items():
+        first = _launches_of(gpu, fn)
+        general.clear()
+        again = _launches_of(gpu, fn)
+        assert general == [], label  # no general allocation: the direct function ran
+        ((name, grid, block, stream, args),) = first
+        ((name2, grid2, block2, stream2, args2),) = again
+        assert (name, grid, block, stream) == (name2, grid2, block2, stream2), label
+        assert args[1:] == args2[1:], label
+    out = base * 2.5
+    assert (out.shape, out.strides, out.dtype, out.device) == ((1000,), (4,), base.dtype, "cuda:0")
+    assert out.stream is ignis.current_stream(gpu.device)
+    # Operands the direct function does not take go the general way: a strided view of the
+    # same shape and dtype, and arrays of another device under the same plan.
+    strided = empty((1000, 2))[:, 0]
+    general.clear()
+    ((name, *_),) = _launches_of(gpu, lambda: strided + other)
+    assert general == [(1000,)] and "strided" in name
+    rng = np.random.default_rng(0)
+    x, y = (
+        rng.standard_normal(1000).astype(np.float32),
+        rng.standard_normal(1000).astype(np.float32),
+    )
+    on_cpu = NvArray.from_host(x, device="cpu") + NvArray.from_host(y, device="cpu")
+    np.testing.assert_array_equal(on_cpu.to_host(), x + y)
+    # Inside a stream block the result and its launch are on that stream.
+    stream = ignis.Stream.from_handle(0x6300, gpu.device)
+    with stream:
+        gpu.launches.clear()
+        inside = base + other
+    assert inside.stream is stream and gpu.launches[-1][3] == 0x6300
+    assert int(gpu.calls["cuMemAllocAsync"][-1][1]) == 0x6300

@@ -98,6 +98,31 @@ class Backend(abc.ABC):
     def binary(self, op: str, out: NvArray, a: Operand, b: Operand, compute: DType) -> None:
         """``out = op(a, b)`` for an op in ``_semantics.BINARY_OPS`` (at least one array)."""
 
+    # Optional one-call paths for the front end's remembered element-wise plans: a backend may
+    # return a function that allocates the result and computes it with nothing in between, for
+    # the operands it takes (it returns None for others, and the front end then allocates and
+    # calls unary / binary). The front end asks once per plan and backend, and calls it with
+    # operands of this backend only. The defaults offer none.
+
+    def unary_direct(
+        self, op: str, compute: DType, dtype: DType, x_dtype: DType, shape: tuple[int, ...],
+        strides: tuple[int, ...], nbytes: int,
+    ) -> Callable[[NvArray], NvArray | None] | None:
+        """``direct(x)``: ``op(x)`` for ``x`` of ``x_dtype`` and ``shape`` into a new array of
+        ``dtype`` with the contiguous ``strides`` / ``nbytes``, or None for an ``x`` it does not
+        take; None: no such function for this plan."""
+        return None
+
+    def binary_direct(
+        self, op: str, compute: DType, dtype: DType, form: int, shape: tuple[int, ...],
+        strides: tuple[int, ...], nbytes: int,
+    ) -> Callable[[Operand, Operand], NvArray | None] | None:
+        """``direct(a, b)``: ``op(a, b)`` into a new array of ``dtype`` with the contiguous
+        ``strides`` / ``nbytes``, for array operands of ``dtype`` and ``shape`` and (``form``
+        1: ``a``, 2: ``b``; 0: none) a Python scalar of the plan's type; None for operands it
+        does not take. None: no such function for this plan."""
+        return None
+
     @abc.abstractmethod
     def where(self, out: NvArray, cond: Operand, a: Operand, b: Operand, compute: DType) -> None:
         """``out = cond ? a : b`` where ``cond`` is any dtype (nonzero is true)."""

@@ -81,6 +81,24 @@ def _allocate(
     if backend is None:
         backend = get_backend(device)
     storage = backend.alloc(nbytes)
+    # A device buffer was allocated on the stream the backend orders new arrays on (its current
+    # stream); reading it back saves asking the backend a second time.
+    stream = storage.stream if storage.__class__ is Buffer else backend.default_stream()
+    return adopt(storage, shape, strides, dtype, device, backend, stream)
+
+
+def adopt(
+    storage: Any,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: dt.DType,
+    device: ArrayDevice,
+    backend: Any,
+    stream: Any,
+) -> NvArray:
+    """A new array over all of ``storage`` (fresh, from ``backend.alloc`` or a backend's own
+    allocation on ``stream``) with the layout from :func:`contiguous_layout`: every field of an
+    NvArray is set here."""
     arr = _new_object(NvArray)
     arr._storage = storage
     arr._offset = 0
@@ -89,9 +107,7 @@ def _allocate(
     arr._dtype = dtype
     arr._device = device
     arr._backend = backend
-    # A device buffer was allocated on the stream the backend orders new arrays on (its current
-    # stream); reading it back saves asking the backend a second time.
-    arr._stream = storage.stream if storage.__class__ is Buffer else backend.default_stream()
+    arr._stream = stream
     return arr
 
 

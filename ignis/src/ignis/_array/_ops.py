@@ -203,7 +203,8 @@ def _check_out(op: str, out: Any, shape: tuple[int, ...], dtype: dt.DType, devic
 
 # Plans: what an op's rule decided for one (op, dtypes, shapes) combination, so that a repeated
 # call skips the rule, the dtype promotion and the layout arithmetic and goes straight to
-# allocating the output and calling the backend. Keys hold dtype *names*: DType.__hash__ is a
+# allocating the output and calling the backend (or to the backend's direct function, which
+# does both). Keys hold dtype *names*: DType.__hash__ is a
 # Python method, a str hashes from its cache. A plan is made only after the rule accepted its
 # operands, so every error still comes from the rule, with its message.
 _PLAN_LIMIT = 4096
@@ -221,6 +222,33 @@ def _remember(plans: dict[Any, tuple[Any, ...]], key: Any, plan: tuple[Any, ...]
     plans[key] = plan
 
 
+# The unary and binary plans end with the direct functions their backends offered (see
+# Backend.unary_direct): a dict backend -> function or None, filled at a backend's first use of
+# the plan (None for a binary plan whose operands no direct function takes). Few backends ever
+# meet one plan; past _DIRECT_LIMIT (backends rebuilt again and again) the dict starts over.
+_UNSEEN: Any = object()
+_DIRECT_LIMIT = 8
+
+
+def _keep_direct(directs: dict[Any, Any], backend: Any, direct: Any) -> Any:
+    if len(directs) >= _DIRECT_LIMIT:
+        directs.clear()
+    directs[backend] = direct
+    return direct
+
+
+def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any, a: Any, b: Any) -> Any:
+    """``a op b`` through the direct function of ``plan`` on ``backend`` (asked for at the first
+    call and kept), or None where there is none or it does not take these operands."""
+    directs = plan[9]
+    direct = directs.get(backend, _UNSEEN)
+    if direct is _UNSEEN:
+        compute, shape, strides, nbytes, dtype, _, _, _, form, _ = plan
+        direct = backend.binary_direct(op, compute, dtype, form, shape, strides, nbytes)
+        _keep_direct(directs, backend, direct)
+    return None if direct is None else direct(a, b)
+
+
 def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
     if x.__class__ is NvArray:
         key = (op, x._dtype.name, x._shape)
@@ -228,9 +256,23 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
         if plan is None:
             spec = sem.unary(op, x._shape, x._dtype)
             layout = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
-            plan = (spec.compute, spec.dtype, *layout)
+            plan = (spec.compute, spec.dtype, *layout, {})
             _remember(_unary_plans, key, plan)
-        compute, dtype, strides, nbytes = plan
+        compute, dtype, strides, nbytes, directs = plan
+        if not params:
+            direct = directs.get(x._backend, _UNSEEN)
+            if direct is _UNSEEN:
+                direct = _keep_direct(
+                    directs,
+                    x._backend,
+                    x._backend.unary_direct(
+                        op, compute, dtype, x._dtype, x._shape, strides, nbytes
+                    ),
+                )
+            if direct is not None:
+                out = direct(x)
+                if out is not None:
+                    return out
         out = _creation._allocate(x._shape, strides, nbytes, dtype, x._device)
         x._backend.unary(op, out, x, compute, params or {})
         return out
@@ -252,7 +294,11 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
                 key = (op, a._dtype.name, b._dtype.name, a._shape, b._shape)
                 plan = _binary_plans.get(key)
                 if plan is not None:
-                    compute, shape, strides, nbytes, dtype, a_view, b_view, _ = plan
+                    if plan[9] is not None:  # the backend may compute it in one call
+                        out = _binary_direct(op, plan, a._backend, a, b)
+                        if out is not None:
+                            return out
+                    compute, shape, strides, nbytes, dtype, a_view, b_view = plan[:7]
                     out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
                     if a_view:
                         a = _broadcast(a, shape, op)
@@ -265,7 +311,11 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
             key = (op, a._dtype.name, cb, a._shape, None)
             plan = _binary_plans.get(key)
             if plan is not None:
-                compute, shape, strides, nbytes, dtype, a_view, _, check_int = plan
+                if plan[9] is not None:  # the backend may compute it in one call
+                    out = _binary_direct(op, plan, a._backend, a, b)
+                    if out is not None:
+                        return out
+                compute, shape, strides, nbytes, dtype, a_view, _, check_int = plan[:8]
                 if check_int:
                     dt.check_scalar_fits(b, compute, op)
                 out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
@@ -278,7 +328,11 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
         key = (op, ca, b._dtype.name, None, b._shape)
         plan = _binary_plans.get(key)
         if plan is not None:
-            compute, shape, strides, nbytes, dtype, _, b_view, check_int = plan
+            if plan[9] is not None:  # the backend may compute it in one call
+                out = _binary_direct(op, plan, b._backend, a, b)
+                if out is not None:
+                    return out
+            compute, shape, strides, nbytes, dtype, _, b_view, check_int = plan[:8]
             if check_int:
                 dt.check_scalar_fits(a, compute, op)
             out = _creation._allocate(shape, strides, nbytes, dtype, b._device)
@@ -307,7 +361,23 @@ def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
         strides, nbytes = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
         a_view = isinstance(a, NvArray) and a._shape != spec.shape
         b_view = isinstance(b, NvArray) and b._shape != spec.shape
-        plan = (spec.compute, spec.shape, strides, nbytes, spec.dtype, a_view, b_view, check_int)
+        form = 1 if a.__class__ in _WEAK else 2 if b.__class__ in _WEAK else 0
+        # What a direct function takes: operands of the result's dtype and shape, no int check.
+        takes = not (a_view or b_view or check_int) and all(
+            x._dtype is spec.dtype for x in (a, b) if x.__class__ is NvArray
+        )
+        plan = (
+            spec.compute,
+            spec.shape,
+            strides,
+            nbytes,
+            spec.dtype,
+            a_view,
+            b_view,
+            check_int,
+            form,
+            {} if takes else None,
+        )
         _remember(_binary_plans, key, plan)
     out = _creation._new(spec.shape, spec.dtype, first._device)
     first._backend.binary(

@@ -23,7 +23,7 @@ from ..._memory import Buffer, alloc, memcpy
 from ..._stream import Event, Stream, current_stream
 from .._backend import Backend
 from .._device import ArrayDevice
-from . import elementwise, matmul, reduction  # bound once: the hooks run on every op
+from . import direct, elementwise, matmul, reduction  # bound once: the hooks run on every op
 
 if TYPE_CHECKING:
     from ..._dtypes import DType
@@ -144,6 +144,8 @@ class CudaBackend(Backend):
     # the backend), not methods that call them: one Python call less per op.
     unary = elementwise.unary
     binary = elementwise.binary
+    unary_direct = direct.unary_direct
+    binary_direct = direct.binary_direct
 
     def where(self, out: NvArray, cond: Any, a: Any, b: Any, compute: DType) -> None:
         elementwise.where(self, out, cond, a, b, compute)
