@@ -16,8 +16,11 @@
 //                                    64 queries per block (16 per warp), 64-key tiles, online
 //                                    softmax in registers; P goes from the accumulator straight
 //                                    into A fragments.
-//   flash_bwd_dkdv_tc<T, D, CAUSAL>  dK, dV of 64 keys per block (16 per warp), walking the
-//                                    32-query tiles that see them; P and dS recomputed from lse.
+//   flash_bwd_dkdv_tc<T, D, CAUSAL, tiles...>
+//                                    dK, dV of 64 or 128 keys per block (16 per warp), walking
+//                                    the 32- or 64-query tiles that see them; P and dS
+//                                    recomputed from lse; flash_bwd_fused_tc also adds dQ by
+//                                    atomics (tile variants: see the section's comment).
 //   flash_bwd_dq_tc<T, D, CAUSAL>    dQ of 64 queries per block, walking 32-key tiles (a second
 //                                    pass instead of atomics: deterministic).
 //   flash_*_simt<T, D, CAUSAL>       the same three for float / double in exact scalar math
@@ -588,34 +591,91 @@ __global__ void attn_row_dot(const T* __restrict__ dout, const T* __restrict__ o
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tensor-core backward: dK and dV. Block: 64 keys (16 per warp); query tiles of 32.
-// DQ = true also accumulates dQ (the fused backward, one pass instead of two): each query tile's
-// dS (32 x 64, rounded to T) goes through shared memory, the four warps multiply it by the K
-// tile (warp w: queries 16 (w % 2) .. + 16, columns (w / 2) D/2 .. + D/2) and add the products
-// to a float32 dQ accumulator (rows x E, zero-filled, unscaled) with atomics; attn_dq_finish
-// scales and rounds it. The atomics make dQ's float32 sums order-dependent (not bit-for-bit
-// deterministic); DQ = false with flash_bwd_dq_tc is the deterministic two-pass path.
+// Tensor-core backward: dK and dV. Block: KN keys (16 per warp, so KN / 16 warps); query tiles
+// of KM. DQ = true also accumulates dQ (the fused backward, one pass instead of two): each query
+// tile's dS (KM x KN, rounded to T) goes through shared memory, the warps multiply it by the K
+// tile (see dq_col_groups) and add the products to a float32 dQ accumulator (rows x E,
+// zero-filled, unscaled) with atomics; attn_dq_finish scales and rounds it. The atomics make
+// dQ's float32 sums order-dependent (not bit-for-bit deterministic); DQ = false with
+// flash_bwd_dq_tc is the deterministic two-pass path.
+//
+// The tile variants (the host's BWD_TILE_VARIANTS names them; all round the same way, they
+// differ in speed). Registers as ptxas (CUDA 13, sm_90) gives them; an SM has 64 K registers,
+// 228 KiB of shared memory and at most 64 warps.
+//   KN = 64, KM = 32, 4 warps    the first kernel: 120-161 registers at D <= 64 (3 or 4 blocks,
+//                                12-16 warps per SM), 232-255 at D = 96, 128 (2 blocks, 8 warps;
+//                                the fused kernel at D = 128 spills a few words).
+//   KN = 128, 8 warps            each Q / dO tile copied into shared memory serves twice the
+//                                keys, and each dQ element takes one atomic per 128 keys
+//                                instead of per 64. The same per-thread work, so about the same
+//                                registers: 128-174 at D <= 64, 232-255 at D = 96, 128 (up to 32
+//                                bytes spilled): one block (8 warps) per SM, two at D = 32.
+//   KM = 64                      half the barriers, lse / D loads and dS round trips per key;
+//                                S and dP grow to 8 x 4 floats each per thread: 173-179
+//                                registers at D = 32, 238-255 at D >= 64; one block per SM.
+//   MINB                         the launch bounds' minimum blocks per SM (0: none asked). The
+//                                host asks 2 of the 8-warp blocks only at D <= 64, where ptxas
+//                                then fits 128 registers with at most 32 bytes spilled: 16 warps
+//                                per SM instead of 8. (At D > 64, dK and dV alone take 128.)
+//   KVREG                        at D <= 64 each warp keeps its K and V A fragments (D / 2
+//                                registers) for the whole pass: the S / dP products read only Q
+//                                and dO from shared memory, 4 ldmatrix per 8 mma per k-step
+//                                instead of 6. With KM = 64 ptxas fits them in what it uses
+//                                anyway (235-246 at D = 64); with KM = 32 they spill. Ignored at
+//                                D > 64, where they would push dK and dV into local memory.
+//   RED2                         dQ added in (even, odd) column pairs by one sm_90 vector
+//                                reduction (red.v2.f32) where E is even: half the atomic
+//                                instructions and L2 operations.
+// Shared memory (dkdv_smem_bytes; the host's dkdv_smem must pass exactly that): at most 154 KiB
+// (KN = 128, KM = 64, D = 128), under the 227 KiB a block may opt in to; with KM = 32 two
+// blocks fit up to D = 128 (111 KiB each), so the registers decide the blocks per SM.
 
-enum : int { kBwdKN = 64, kBwdKM = 32 };
+// Threads of a block of KN keys: 32 per warp, a warp per 16 keys.
+template <int KN> constexpr int bwd_threads() { return KN / 16 * 32; }
 
-// Dynamic shared memory of the dK/dV kernels (bytes).
-template <class T, int D, bool DQ> IGNIS_DEV unsigned dkdv_smem_bytes() {
-  return (2 * kBwdKN * (D + 8) + 4 * kBwdKM * (D + 8) + (DQ ? kBwdKM * (kBwdKN + 8) : 0)) *
-             sizeof(T) +
-         4 * kBwdKM * sizeof(float);
+// Dynamic shared memory of the dK/dV kernels (bytes): K and V tiles; Q and dO tiles and the lse
+// and D rows, two buffers each; DQ: the dS tile.
+template <class T, int D, bool DQ, int KN, int KM> IGNIS_DEV unsigned dkdv_smem_bytes() {
+  return (2 * KN * (D + 8) + 4 * KM * (D + 8) + (DQ ? KM * (KN + 8) : 0)) * sizeof(T) +
+         4 * KM * sizeof(float);
 }
 
-template <class T, int D, bool CAUSAL, bool DQ>
+// The fused dQ product (KM x D) = dS (KM x KN) K (KN x D) over the block's warps: warp w takes
+// the query rows 16 (w % R) .. + 16 (R = KM / 16 row tiles) and the columns of group w / R, the
+// groups splitting D into whole 16-column ldmatrix pairs: as many groups as the warps allow
+// that divide D / 16 evenly. Warps past R x groups sit the product out (8 warps on 32-query
+// tiles at D = 32: 2 groups of 16 columns; at D = 96: 3 groups of 32).
+constexpr int dq_col_groups(int d, int most) {
+  int g = most;
+  while ((d / 16) % g) --g;
+  return g;
+}
+
+// dst[0] += a, dst[1] += b (dst 8-byte aligned): one vector reduction on sm_90 (PTX's float
+// vector reductions start there), two atomics elsewhere.
+IGNIS_DEV void atomic_add2(float* dst, float a, float b) {
+#if !defined(IGNIS_ATTN_HOST_EMULATION) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(dst, a);
+  atomicAdd(dst + 1, b);
+#endif
+}
+
+template <class T, int D, bool CAUSAL, bool DQ, int KN, int KM, bool KVREG, bool RED2>
 IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
                            const T* __restrict__ v, const T* __restrict__ dout,
                            const float* __restrict__ lse, const float* __restrict__ dvec,
                            T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
                            int L, int S, int E, float scale, float scale_log2, int vec,
                            int64 bh0, const Layout& lay) {
-  constexpr int BN = kBwdKN, BM = kBwdKM, LD = D + 8, NT = BM / 8, QTILE = BM * LD;
+  constexpr int BN = KN, BM = KM, THREADS = bwd_threads<KN>(), WARPS = THREADS / 32;
+  constexpr int LD = D + 8, NT = BM / 8, QTILE = BM * LD;
   constexpr int LDS = BN + 8;  // row stride of the dS tile: ldmatrix rows 4 banks apart
+  constexpr bool KREG = KVREG && D <= 64;
+  static_assert(KN % 16 == 0 && KM % 16 == 0 && WARPS % (KM / 16) == 0, "bwd tiles");
   unsigned char* attn_smem = dynamic_smem();
-  require_smem(dkdv_smem_bytes<T, D, DQ>());
+  require_smem(dkdv_smem_bytes<T, D, DQ, KN, KM>());
   T* ks = reinterpret_cast<T*>(attn_smem);
   T* vs = ks + BN * LD;
   T* qd = vs + BN * LD;  // buffer b: Q at qd + 2b QTILE, dO at qd + (2b+1) QTILE
@@ -632,10 +692,10 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
 
   // Copies the query-side tiles of [m, m + BM) into buffer b (stats synchronously).
   auto load_queries = [&](int m, int b) {
-    load_tile16<T, BM, D, LD, kTcThreads>(qd + 2 * b * QTILE, qb, m, L, E, lay.q.st, vec16);
-    load_tile16<T, BM, D, LD, kTcThreads>(qd + (2 * b + 1) * QTILE, dob, m, L, E, lay.dout.st,
-                                          vec16);
-    for (int i = threadIdx.x; i < BM; i += kTcThreads) {
+    load_tile16<T, BM, D, LD, THREADS>(qd + 2 * b * QTILE, qb, m, L, E, lay.q.st, vec16);
+    load_tile16<T, BM, D, LD, THREADS>(qd + (2 * b + 1) * QTILE, dob, m, L, E, lay.dout.st,
+                                       vec16);
+    for (int i = threadIdx.x; i < BM; i += THREADS) {
       const bool in = m + i < L;
       stats[2 * b * BM + i] = in ? lse[bh * L + m + i] : 0.f;
       stats[(2 * b + 1) * BM + i] = in ? dvec[bh * L + m + i] : 0.f;
@@ -644,16 +704,19 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
 
   // The first query that sees key n0 is n0 - (S - L).
   const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;
-  load_tile16<T, BN, D, LD, kTcThreads>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E,
-                                        lay.k.st, vec16);
-  load_tile16<T, BN, D, LD, kTcThreads>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E,
-                                        lay.v.st, vec16);
+  load_tile16<T, BN, D, LD, THREADS>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E,
+                                     lay.k.st, vec16);
+  load_tile16<T, BN, D, LD, THREADS>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E,
+                                     lay.v.st, vec16);
   if (m_begin < L) load_queries(m_begin, 0);
   tc::cp_async_commit();
 
   float dka[D / 8][4], dva[D / 8][4];
   zero(dka);
   zero(dva);
+  uint32 kf[KREG ? D / 16 : 1][4], vf[KREG ? D / 16 : 1][4];  // KREG: this warp's K, V rows
+  // dQ pairs by vector reductions: every row offset (bh L + i) E even, the base 8-byte aligned.
+  const bool pairs = RED2 && E % 2 == 0 && (unsigned long long)dq_acc % 8 == 0;
 
   int buf = 0;
   for (int m0 = m_begin; m0 < L; m0 += BM, buf ^= 1) {
@@ -665,6 +728,15 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
       tc::cp_async_wait<0>();
     }
     __syncthreads();
+    if constexpr (KREG) {
+      if (m0 == m_begin) {  // the K and V tiles came with the first query tile
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          load_a_frag_smem<LD>(kf[kk], ks + wk * LD + kk * 16);
+          load_a_frag_smem<LD>(vf[kk], vs + wk * LD + kk * 16);
+        }
+      }
+    }
     const T* qs = qd + 2 * buf * QTILE;
     const T* dos = qs + QTILE;
     const float* lse_s = stats + 2 * buf * BM;
@@ -676,11 +748,16 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
     zero(dp);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      uint32 ka[4], va[4];
-      load_a_frag_smem<LD>(ka, ks + wk * LD + kk * 16);
-      load_a_frag_smem<LD>(va, vs + wk * LD + kk * 16);
-      mma_a_xt_step<T, NT, LD>(s, ka, qs, kk);
-      mma_a_xt_step<T, NT, LD>(dp, va, dos, kk);
+      if constexpr (KREG) {
+        mma_a_xt_step<T, NT, LD>(s, kf[kk], qs, kk);
+        mma_a_xt_step<T, NT, LD>(dp, vf[kk], dos, kk);
+      } else {
+        uint32 ka[4], va[4];
+        load_a_frag_smem<LD>(ka, ks + wk * LD + kk * 16);
+        load_a_frag_smem<LD>(va, vs + wk * LD + kk * 16);
+        mma_a_xt_step<T, NT, LD>(s, ka, qs, kk);
+        mma_a_xt_step<T, NT, LD>(dp, va, dos, kk);
+      }
     }
     // Block-uniform: does any (query, key) pair of this tile need the visibility test? (In a
     // tile that does not, every query sees a key, so its lse is finite.)
@@ -703,35 +780,41 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
     mma_p_y<T, D, BM / 16, LD>(dka, dp, qs);
     if constexpr (DQ) {
       __syncthreads();  // the whole dS tile is written
-      constexpr int HALF = D / 2;
-      const int qr = (warp & 1) * 16, c0 = (warp >> 1) * HALF;
-      float dqa[HALF / 8][4];
-      zero(dqa);
-      // dQ(16 x D/2) = dS(16 x BN) K(BN x D/2): A from the dS rows, B = K rows (transposed load).
+      constexpr int ROWS = BM / 16, GROUPS = dq_col_groups(D, WARPS / ROWS), CW = D / GROUPS;
+      const int qr = (warp % ROWS) * 16, c0 = (warp / ROWS) * CW;
+      if (ROWS * GROUPS == WARPS || warp < ROWS * GROUPS) {
+        float dqa[CW / 8][4];
+        zero(dqa);
+        // dQ(16 x CW) = dS(16 x BN) K(BN x CW): A from the dS rows, B = K rows (transposed load).
 #pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) {
-        uint32 a[4];
-        load_a_frag_smem<LDS>(a, dss + qr * LDS + kk * 16);
-        const T* base =
-            ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + c0;
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          uint32 a[4];
+          load_a_frag_smem<LDS>(a, dss + qr * LDS + kk * 16);
+          const T* base =
+              ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8 + c0;
 #pragma unroll
-        for (int np = 0; np < HALF / 16; ++np) {
-          uint32 r[4];
-          tc::ldmatrix_x4_trans(r, base + np * 16);
-          tc::mma_m16n8k16(dqa[2 * np], a, r[0], r[1], T{});
-          tc::mma_m16n8k16(dqa[2 * np + 1], a, r[2], r[3], T{});
+          for (int np = 0; np < CW / 16; ++np) {
+            uint32 r[4];
+            tc::ldmatrix_x4_trans(r, base + np * 16);
+            tc::mma_m16n8k16(dqa[2 * np], a, r[0], r[1], T{});
+            tc::mma_m16n8k16(dqa[2 * np + 1], a, r[2], r[3], T{});
+          }
         }
-      }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int i = m0 + qr + (lane >> 2) + 8 * h;
-        if (i >= L) continue;
-        float* dst = dq_acc + (bh * L + i) * E;
+        for (int h = 0; h < 2; ++h) {
+          const int i = m0 + qr + (lane >> 2) + 8 * h;
+          if (i >= L) continue;
+          float* dst = dq_acc + (bh * L + i) * E;
 #pragma unroll
-        for (int nt = 0; nt < HALF / 8; ++nt) {
-          const int col = c0 + nt * 8 + 2 * t;
-          if (col < E) atomicAdd(dst + col, dqa[nt][2 * h]);
-          if (col + 1 < E) atomicAdd(dst + col + 1, dqa[nt][2 * h + 1]);
+          for (int nt = 0; nt < CW / 8; ++nt) {
+            const int col = c0 + nt * 8 + 2 * t;
+            if (pairs) {  // (E even: col < E implies col + 1 < E)
+              if (col < E) atomic_add2(dst + col, dqa[nt][2 * h], dqa[nt][2 * h + 1]);
+            } else {
+              if (col < E) atomicAdd(dst + col, dqa[nt][2 * h]);
+              if (col + 1 < E) atomicAdd(dst + col + 1, dqa[nt][2 * h + 1]);
+            }
+          }
         }
       }
     }
@@ -744,27 +827,28 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
                   1.f);
 }
 
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
+// (MINB = 0 asks no minimum: ptxas builds the same code as without one.)
+template <class T, int D, bool CAUSAL, int KN, int KM, int MINB, bool KVREG, bool RED2>
+__global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
     flash_bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const float* __restrict__ lse,
                       const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
                       int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0,
                       Layout lay) {
-  bwd_dkdv_tc<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dk, dv, nullptr, L, S, E, scale,
-                                   scale_log2, vec, bh0, lay);
+  bwd_dkdv_tc<T, D, CAUSAL, false, KN, KM, KVREG, RED2>(q, k, v, dout, lse, dvec, dk, dv, nullptr,
+                                                        L, S, E, scale, scale_log2, vec, bh0, lay);
 }
 
 // The fused backward: dK, dV and the unscaled float32 dQ sums in dq_acc (zero-filled first).
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
+template <class T, int D, bool CAUSAL, int KN, int KM, int MINB, bool KVREG, bool RED2>
+__global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
     flash_bwd_fused_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                        const T* __restrict__ dout, const float* __restrict__ lse,
                        const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
                        float* __restrict__ dq_acc, int L, int S, int E, float scale,
                        float scale_log2, int vec, int64 bh0, Layout lay) {
-  bwd_dkdv_tc<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, L, S, E, scale,
-                                  scale_log2, vec, bh0, lay);
+  bwd_dkdv_tc<T, D, CAUSAL, true, KN, KM, KVREG, RED2>(q, k, v, dout, lse, dvec, dk, dv, dq_acc,
+                                                       L, S, E, scale, scale_log2, vec, bh0, lay);
 }
 
 // dQ row r = bh * L + i = a fused backward's sums (contiguous rows of E, in A: float for the

@@ -431,7 +431,8 @@ class Driver:
                 kc, vc = self.arr((1, 2, seq + 5, 64), dtype), self.arr((1, 2, seq + 5, 64), dtype)
                 self.run(nn.decode_attention, self.arr((1, 2, 1, 64), dtype), kc, vc, seq)
                 # packed (B, T, 3, H, E) views read and written in place, as packed_attention
-                # does; float32 also through the fused one-pass backward
+                # does; float32 also through the fused one-pass backward, the 16-bit types
+                # through every backward tile variant
                 heads = self.arr((2, seq, 3, 2, 64), dtype).permute(2, 0, 3, 1, 4)
                 merged = ignis.empty((2, seq, 2, 64), dtype=dtype, device=d)
                 out, lse = self.run(nn.attention, heads[0], heads[1], heads[2], causal=True,
@@ -439,14 +440,18 @@ class Driver:
                 slots = ignis.empty((2, seq, 3, 2, 64), dtype=dtype, device=d)
                 slots = slots.permute(2, 0, 3, 1, 4)
                 grad = self.arr((2, seq, 2, 64), dtype).permute(0, 2, 1, 3)
-                saved = cuda_attention.SIMT_FUSED_DQ
-                for fused in ((False, True) if dtype == "float32" else (saved,)):
-                    cuda_attention.SIMT_FUSED_DQ = fused
+                if dtype == "float32":
+                    switches = [("SIMT_FUSED_DQ", fused) for fused in (False, True)]
+                else:
+                    switches = [("BWD_TILES", name) for name in cuda_attention.BWD_TILE_VARIANTS]
+                for switch, value in switches:
+                    saved = getattr(cuda_attention, switch)
+                    setattr(cuda_attention, switch, value)
                     try:
                         self.run(nn.attention_backward, grad, heads[0], heads[1], heads[2], out,
                                  lse, causal=True, dq=slots[0], dk=slots[1], dv=slots[2])
                     finally:
-                        cuda_attention.SIMT_FUSED_DQ = saved
+                        setattr(cuda_attention, switch, saved)
 
         def linear(n: int) -> None:
             rows = min(n, 257)

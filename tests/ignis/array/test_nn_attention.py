@@ -486,6 +486,65 @@ def test_every_kernel_instantiation_compiles(dtype):
     assert set(obj.lowered_names) == names and obj.log == ""
 
 
+@pytest.mark.parametrize("variant", list(cuda_attention.BWD_TILE_VARIANTS))
+def test_every_backward_tile_variant_compiles(variant):
+    # The dK/dV and fused kernels of each variant at every padded head dim (the fused dQ
+    # product's column split, the K/V fragments in registers and the launch bounds' minimum
+    # depend on it); every dtype and causal flag: test_backward_tile_variants_fit_their_registers.
+    names = set()
+    for d in cuda_attention.HEAD_DIMS:
+        kernels = cuda_attention.kernel_names("bfloat16", d, True, variant)
+        names.update((kernels["dkdv"], kernels["bwd_fused"]))
+    obj = ignis.compile(
+        _sources.read_source("attention.cu"),
+        ignis.CompileOptions(arch="sm_90"),
+        name_expressions=sorted(names),
+    )
+    assert set(obj.lowered_names) == names and obj.log == ""
+    assert_known_param_types(names)
+
+
+def ptxas_report(names):
+    """{name expression: (registers, spill store bytes)} of an sm_90 build of ``names``."""
+    import re
+
+    obj = ignis.compile(
+        _sources.read_source("attention.cu"),
+        ignis.CompileOptions(arch="sm_90", extra=("--ptxas-options=-v",)),
+        name_expressions=sorted(names),
+        name="attention.cu",
+    )
+    by_symbol = {m: n for n, m in obj.lowered_names.items()}
+    found = re.findall(
+        r"Function properties for (\S+)\s*\n.*?(\d+) bytes spill stores.*?\n"
+        r"ptxas info\s*: Used (\d+) registers",
+        obj.log,
+    )
+    return {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
+
+
+@pytest.mark.slow  # about 100 s of NVRTC
+def test_backward_tile_variants_fit_their_registers(tmp_path, monkeypatch):
+    # Every variant, float16 and bfloat16, every padded head dim, causal or not: registers within
+    # the launch bounds (2 blocks of 8 warps: 128), and at most a few spilled words (ptxas
+    # spills 0 to 32 bytes at 255 registers; a variant that no longer fits spills hundreds).
+    monkeypatch.setenv("IGNIS_CACHE_DIR", str(tmp_path / "cache"))
+    ignis.jit.clear_cache(memory=True)
+    bounds = {}
+    for variant, tiles in cuda_attention.BWD_TILE_VARIANTS.items():
+        for dtype in ("float16", "bfloat16"):
+            for d in cuda_attention.HEAD_DIMS:
+                for causal in (False, True):
+                    kernels = cuda_attention.kernel_names(dtype, d, causal, variant)
+                    minb = tiles.min_blocks if d <= 64 else 0
+                    cap = min(255, 65536 // (tiles.threads * minb)) if minb else 255
+                    bounds.update({kernels[k]: cap for k in ("dkdv", "bwd_fused")})
+    report = ptxas_report(bounds)
+    assert set(report) == set(bounds)
+    for name, (regs, spills) in report.items():
+        assert regs <= bounds[name] and spills <= 64, (name, regs, spills)
+
+
 def assert_known_param_types(names):
     """Launch arguments are packed from the parameter types read in the source: every one must
     be understood (a dependent type such as acc_type<T>::type would not be); the attention
@@ -656,6 +715,7 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
     # The earlier scalar float32/float64 kernels; the tiled ones have test_nn_attention_simt.py.
     monkeypatch.setattr(cuda_attention, "SIMT_TILED", False)
     monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", rows_per_warp)
+    monkeypatch.setattr(cuda_attention, "BWD_TILES", "k64q32w4")  # (the other tiles: below)
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
     fake.launches.clear()
@@ -697,7 +757,7 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         fused = [a for n, _, _, _, a in fake.launches if "bwd_fused" in n][0]
         assert _u64(fused[8]) not in (q.data_ptr, k.data_ptr, out.data_ptr)  # the float32 sums
         assert (
-            "ignis::attn::flash_bwd_fused_tc<ignis::bfloat16, 96, true>",
+            "ignis::attn::flash_bwd_fused_tc<ignis::bfloat16, 96, true, 64, 32, 0, false, false>",
             (2 * 64 + 4 * 32) * (96 + 8) * 2 + 32 * 72 * 2 + 4 * 32 * 4,
         ) in fake.optin
         fake.launches.clear()
@@ -724,6 +784,64 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         "ignis::attn::decode_combine<"
     )
     assert g1 == (2, 6, 1) and g2 == (6, 1, 1)  # 65 rows: two splits of at least 64 rows
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "two-pass"])
+@pytest.mark.parametrize(
+    "variant,e,d,tiles",
+    [
+        ("k128q32w8", 80, 96, "128, 32, 0, false, false"),
+        ("k128q64w8-kv-red2", 50, 64, "128, 64, 0, true, true"),
+        ("k128q32w8-b2-red2", 64, 64, "128, 32, 2, false, true"),  # (2 at head dims <= 64)
+        # the default, "auto": BWD_TILES_AUTO by padded head dim
+        ("auto", 64, 64, "128, 32, 2, false, true"),
+        ("auto", 80, 96, "128, 64, 0, true, true"),
+        ("auto", 128, 128, "128, 64, 0, true, true"),
+    ],
+)
+def test_backward_tile_variants_launch_over_a_fake_driver(
+    fake, fused, variant, e, d, tiles, monkeypatch
+):
+    # 8 warps (256 threads) per block of 128 keys; shared memory, written out: K and V tiles
+    # (128 x (D + 8)); Q and dO tiles (32 or 64 x (D + 8)) and the float32 lse and D rows, two
+    # buffers each; the fused pass's dS tile (32 or 64 x 136).
+    monkeypatch.setattr(cuda_attention, "BWD_TILES", variant)
+    monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", fused)
+    b, h, n_q, n_k = 2, 3, 100, 300
+    q = ignis.empty((b, h, n_q, e), dtype="bfloat16", device="cuda:0")
+    k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")
+    lse = ignis.empty((b, h, n_q), dtype="float32", device="cuda:0")
+    fake.launches.clear()
+    ignis.nn.attention_backward(q, q, k, k, q, lse, causal=True, scale=0.5)
+    kind = "fused" if fused else "dkdv"
+    name = f"ignis::attn::flash_bwd_{kind}_tc<ignis::bfloat16, {d}, true, {tiles}>"
+    ((grid, block),) = [(g, blk) for n, g, blk, *_ in fake.launches if n == name]
+    assert grid == (3, b * h, 1) and block == (256, 1, 1)  # 300 keys: 3 blocks of 128
+    m = int(tiles.split(", ")[1])
+    smem = (2 * 128 + 4 * m) * (d + 8) * 2 + 4 * m * 4 + (m * 136 * 2 if fused else 0)
+    assert (name, smem) in fake.optin
+    if fused:
+        assert fake.launches[-1][0].startswith("ignis::attn::attn_dq_finish<")
+    else:  # the dQ pass keeps its own tiles: 64 queries per block of 4 warps
+        ((grid, block),) = [(g, blk) for n, g, blk, *_ in fake.launches if "bwd_dq_tc" in n]
+        assert grid == (2, b * h, 1) and block == (128, 1, 1)
+
+
+def test_an_unknown_tile_variant_is_named(fake, monkeypatch):
+    monkeypatch.setattr(cuda_attention, "BWD_TILES", "k256q32w16")
+    q = ignis.empty((1, 1, 10, 64), dtype="float16", device="cuda:0")
+    lse = ignis.empty((1, 1, 10), dtype="float32", device="cuda:0")
+    with pytest.raises(
+        ValueError,
+        match="attention: BWD_TILES is 'k256q32w16'; expected 'auto' or one of "
+        "k64q32w4, k128q32w8, k128q64w8",
+    ):
+        ignis.nn.attention_backward(q, q, q, q, q, lse)
+    with pytest.raises(ValueError, match="BWD_TILES is 'k256q32w16'"):
+        cuda_attention.kernel_names("bfloat16", 64, False)
+    # float32 / float64 have no tile variants: the switch is not read
+    x = ignis.empty((1, 1, 10, 64), dtype="float32", device="cuda:0")
+    ignis.nn.attention_backward(x, x, x, x, x, lse)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -845,13 +963,23 @@ ATTN_PART = r"""
 // The attention kernels of attention.cu on the emulator of tc_emulator.py.
 //
 // Build: c++ -std=c++17 -O1 -I<cuda_src> -DEMU_T=<type> -DEMU_D=<head dim> -DEMU_CAUSAL=<0|1>
-//        -DEMU_TC=<0|1>
-// Run:   emulator <input> <output> B H L S E scale vec <operands: 8 x 5 numbers>
-//        (input: the buffers of q, k, v, dout; output: the buffer of out, lse, the buffers of dq,
-//        dk, dv and the decode attention of each head's first query over all S keys; the
-//        tensor-core builds then write the 16-rows-per-warp forward's out buffer and lse and the
-//        fused backward's dq, dk, dv buffers; all raw little-endian)
+//        -DEMU_TC=<0|1>, and for the tensor-core backward's tiles (attention.BwdTiles; default
+//        k64q32w4) -DEMU_KN=<keys per block> -DEMU_KM=<queries per tile> -DEMU_KVREG=<0|1>
+//        -DEMU_RED2=<0|1> (the launch bounds' minimum blocks do nothing here)
+// Run:   emulator <input> <output> B H L S E scale vec smem_kv smem_fused <operands: 8 x 5>
+//        (smem_kv, smem_fused: the host's dynamic shared memory of the tensor-core dK/dV and fused
+//        kernels, which must be the kernels' own; input: the buffers of q, k, v, dout; output:
+//        the buffer of out, lse, the buffers of dq, dk, dv and the decode attention of each
+//        head's first query over all S keys; the tensor-core builds then write the
+//        16-rows-per-warp forward's out buffer and lse and the fused backward's dq, dk, dv
+//        buffers; all raw little-endian)
 #define IGNIS_ATTN_HOST_EMULATION 1
+#ifndef EMU_KN
+#define EMU_KN 64
+#define EMU_KM 32
+#define EMU_KVREG 0
+#define EMU_RED2 0
+#endif
 
 namespace ignis {
 namespace attn {
@@ -869,12 +997,13 @@ int main(int argc, char** argv) {
   using namespace ignis::attn;
   typedef EMU_T T;
   typedef std::conditional<std::is_same<T, double>::value, double, float>::type LT;
-  if (argc != 10 + kOperandArgs) emu::die("usage: emulator <in> <out> B H L S E scale vec ops");
+  if (argc != 12 + kOperandArgs) emu::die("usage: emulator <in> <out> B H L S E scale vec ...");
   const int B = std::atoi(argv[3]), H = std::atoi(argv[4]), L = std::atoi(argv[5]);
   const int S = std::atoi(argv[6]), E = std::atoi(argv[7]), vec = std::atoi(argv[9]);
   const double scale = std::atof(argv[8]);
+  const size_t smem_kv = std::atol(argv[10]), smem_fused = std::atol(argv[11]);
   const int bh = B * H;
-  Operands<T> x(argv, 10);
+  Operands<T> x(argv, 12);
   x.read(argv[1]);
   const Layout lay = x.layout(H);
   T *q = x.q.ptr(), *k = x.k.ptr(), *v = x.v.ptr(), *dout = x.dout.ptr();
@@ -902,10 +1031,14 @@ int main(int argc, char** argv) {
   }, rng);
   emu::launch(cdiv(bh * L, 8), 1, 256, 0,
               [&] { attn_row_dot<T, float>(dout, out, dvec, (int64)bh * L, L, E, lay); }, rng);
-  const size_t dkdv_smem = (2 * kBwdKN + 4 * kBwdKM) * (D + 8) * 2 + 4 * kBwdKM * 4;
-  emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, dkdv_smem, [&] {
-    flash_bwd_dkdv_tc<T, D, C>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, (float)scale, sl2, vec,
-                               0, lay);
+  constexpr int KN = EMU_KN, KM = EMU_KM;
+  constexpr bool KV = EMU_KVREG != 0, R2 = EMU_RED2 != 0;
+  if (smem_kv != dkdv_smem_bytes<T, D, false, KN, KM>() ||
+      smem_fused != dkdv_smem_bytes<T, D, true, KN, KM>())
+    emu::die("the host's dK/dV shared memory is not the kernels' dkdv_smem_bytes");
+  emu::launch(cdiv(S, KN), bh, bwd_threads<KN>(), smem_kv, [&] {
+    flash_bwd_dkdv_tc<T, D, C, KN, KM, 0, KV, R2>(q, k, v, dout, lse, dvec, dk, dv, L, S, E,
+                                                  (float)scale, sl2, vec, 0, lay);
   }, rng);
   emu::launch(cdiv(L, kBwdQM), bh, kTcThreads, 4 * kBwdQN * (D + 8) * 2, [&] {
     flash_bwd_dq_tc<T, D, C>(q, k, v, dout, lse, dvec, dq, L, S, E, (float)scale, sl2, vec, 0,
@@ -915,15 +1048,16 @@ int main(int argc, char** argv) {
   const size_t nq = (size_t)bh * L * E;
   float* dq_acc = aligned<float>(nq);
   for (size_t i = 0; i < nq; ++i) dq_acc[i] = 0.f;
-  const size_t fused_smem = dkdv_smem + kBwdKM * (kBwdKN + 8) * 2;
-  emu::launch(cdiv(S, kBwdKN), bh, kTcThreads, fused_smem, [&] {
-    flash_bwd_fused_tc<T, D, C>(q, k, v, dout, lse, dvec, dk_f.ptr(), dv_f.ptr(), dq_acc, L, S, E,
-                                (float)scale, sl2, vec, 0, lay);
+  emu::launch(cdiv(S, KN), bh, bwd_threads<KN>(), smem_fused, [&] {
+    flash_bwd_fused_tc<T, D, C, KN, KM, 0, KV, R2>(q, k, v, dout, lse, dvec, dk_f.ptr(),
+                                                   dv_f.ptr(), dq_acc, L, S, E, (float)scale, sl2,
+                                                   vec, 0, lay);
   }, rng);
   emu::launch(3, 1, 64, 0, [&] {
     attn_dq_finish<T>(dq_acc, dq_f.ptr(), (int64)bh * L, L, E, (float)scale, lay);
   }, rng);
 #else
+  (void)smem_kv, (void)smem_fused;  // (the scalar kernels' tiles are fixed)
   emu::launch(cdiv(L, kSimtB), bh, kSimtThreads, kSimtB * (3 * D + 1) * sizeof(T), [&] {
     flash_fwd_simt<T, D, C>(q, k, v, out, lse, L, S, E, (T)scale, 0, lay);
   }, rng);
@@ -1128,7 +1262,109 @@ def test_kernels_on_the_host_emulator(emulator, tmp_path, build, runs):
     exe = emulator.build(name, EMU_T=ctype, EMU_D=dim, EMU_CAUSAL=causal, EMU_TC=tc)
     for dtype, b, h, n_q, n_k, e, scheme in runs:
         assert e <= dim
-        run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, scheme)
+        run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, scheme, dim)
+
+
+# The tensor-core backward's tile variants (attention.BWD_TILE_VARIANTS), each through the same
+# harness (forwards, two-pass and fused backward). Per build, (dtype, B, H, L, S, E, scheme) runs
+# that cover for 64- and 128-key blocks: several key blocks with a partial last one, partial
+# 32- and 64-query tiles, causal with L < S and L > S (queries that see no key), E below the
+# padded head dim, E odd (dQ by single atomics) and not a multiple of 8 (element copies), strided
+# views, and every head dim (the fused dQ product splits 32 and 96 columns unevenly over 8 warps).
+TILE_BUILDS = [
+    (
+        ("bf16_64_causal", "ignis::bfloat16", 64, 1),
+        [("bfloat16", 1, 2, 100, 300, 64, "dense"), ("bfloat16", 1, 1, 150, 70, 33, "dense")],
+    ),
+    (("f16_32", "ignis::float16", 32, 0), [("float16", 2, 1, 45, 140, 20, "mixed")]),
+    (("f16_96_causal", "ignis::float16", 96, 1), [("float16", 1, 1, 70, 200, 80, "dense")]),
+    (("bf16_128", "ignis::bfloat16", 128, 0), [("bfloat16", 1, 2, 65, 130, 128, "packed")]),
+]
+
+
+def _emulated_variants():
+    """One name per variant the emulator tells apart (it ignores the launch bounds)."""
+    seen = {}
+    for name, tiles in cuda_attention.BWD_TILE_VARIANTS.items():
+        seen.setdefault(tiles._replace(min_blocks=0), name)
+    return list(seen.values())
+
+
+def build_with_tiles(emulator, build, variant):
+    """The harness build ``build`` (of TILE_BUILDS) with the backward tiles of ``variant``."""
+    name, ctype, dim, causal = build
+    tiles = cuda_attention.bwd_tiles(variant)
+    return emulator.build(
+        f"{name}_{variant}",
+        EMU_T=ctype,
+        EMU_D=dim,
+        EMU_CAUSAL=causal,
+        EMU_TC=1,
+        EMU_KN=tiles.keys,
+        EMU_KM=tiles.queries,
+        EMU_KVREG=int(tiles.kv_regs),
+        EMU_RED2=int(tiles.red_pairs),
+    )
+
+
+@pytest.mark.parametrize("variant", _emulated_variants())
+@pytest.mark.parametrize("build,runs", TILE_BUILDS, ids=[b[0] for b, _ in TILE_BUILDS])
+def test_backward_tile_variants_on_the_host_emulator(emulator, tmp_path, build, runs, variant):
+    exe = build_with_tiles(emulator, build, variant)
+    name, _, dim, causal = build
+    for dtype, b, h, n_q, n_k, e, scheme in runs:
+        what = f"{name} {variant}"
+        run_emulated(exe, tmp_path, what, causal, 1, dtype, b, h, n_q, n_k, e, scheme, dim, variant)
+
+
+# A variant that is wrong is caught: faults built into a copy of attention.cu.
+# fault -> (text, replacement, variant, build of TILE_BUILDS, run)
+TILE_FAULTS = {
+    # the first warp takes the last warp's dQ columns: the first rows' first columns are never
+    # added, their last ones twice
+    "dq_columns": (
+        "c0 = (warp / ROWS) * CW;",
+        "c0 = ((warp == 0 ? WARPS - 1 : warp) / ROWS) * CW;",
+        "k128q64w8",
+        0,
+        ("bfloat16", 1, 2, 100, 300, 64, "dense"),
+    ),
+    # every warp keeps the first warp's K fragments in registers
+    "k_registers": (
+        "load_a_frag_smem<LD>(kf[kk], ks + wk * LD + kk * 16);",
+        "load_a_frag_smem<LD>(kf[kk], ks + kk * 16);",
+        "k128q64w8-kv-red2",
+        0,
+        ("bfloat16", 1, 2, 100, 300, 64, "dense"),
+    ),
+    # the even column's value added to both columns of a pair
+    "dq_pairs": (
+        "atomic_add2(dst + col, dqa[nt][2 * h], dqa[nt][2 * h + 1]);",
+        "atomic_add2(dst + col, dqa[nt][2 * h], dqa[nt][2 * h]);",
+        "k128q32w8-b2-red2",
+        0,
+        ("bfloat16", 1, 2, 100, 300, 64, "dense"),
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(TILE_FAULTS))
+def test_a_faulty_tile_variant_is_caught(tmp_path, fault):
+    import shutil
+
+    src = tmp_path / "cuda_src"
+    shutil.copytree(_sources.cuda_src_dir(), src)
+    old, new, variant, which, run = TILE_FAULTS[fault]
+    text = (src / "attention.cu").read_text()
+    assert text.count(old) == 1, fault
+    (src / "attention.cu").write_text(text.replace(old, new))
+    build = TILE_BUILDS[which][0]
+    exe = build_with_tiles(
+        tc_emulator.Builder(tmp_path, "attn", ATTN_PART, cuda_src=src), build, variant
+    )
+    name, _, dim, causal = build
+    with pytest.raises(AssertionError, match=r"max error|pattern differs"):
+        run_emulated(exe, tmp_path, name, causal, 1, *run, dim, variant)
 
 
 def test_layout_schemes_exercise_both_copy_paths():
@@ -1141,9 +1377,25 @@ def test_layout_schemes_exercise_both_copy_paths():
     assert sorted(np.concatenate(slots)) == list(range(2 * 5 * 3 * 3 * 8))
 
 
-def run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, scheme="dense"):
+def run_emulated(
+    exe,
+    tmp_path,
+    name,
+    causal,
+    tc,
+    dtype,
+    b,
+    h,
+    n_q,
+    n_k,
+    e,
+    scheme="dense",
+    dim=None,
+    tiles="k64q32w4",
+):
     """Run one harness build on random inputs in the placements of ``scheme`` and compare every
-    output with the reference."""
+    output with the reference (``dim``: the build's head dim, default the padded ``e``;
+    ``tiles``: its BWD_TILE_VARIANTS entry)."""
     rng = np.random.default_rng(n_q * 1000 + n_k)
     shapes = [(b, h, n_q, e), (b, h, n_k, e), (b, h, n_k, e), (b, h, n_q, e)]
     q, k, v, g = (rounded(rng.standard_normal(s), dtype) for s in shapes)
@@ -1154,7 +1406,12 @@ def run_emulated(exe, tmp_path, name, causal, tc, dtype, b, h, n_q, n_k, e, sche
     vec = vec_flag(placed, e, np.dtype(NP_DTYPE[dtype]).itemsize)
     ops = [x for p in placed for x in p.args()]
     what = f"{name} {dtype} {scheme} {(b, h, n_q, n_k, e)}"
-    tc_emulator.run(exe, [inp, outp, b, h, n_q, n_k, e, repr(scale), vec, *ops], what)
+    smem = [0, 0]
+    if tc:  # the host's sizes: the harness checks them against the kernels'
+        d = dim or cuda_attention.padded_head_dim(e)
+        variant = cuda_attention.bwd_tiles(tiles)
+        smem = [cuda_attention.dkdv_smem(variant, d, fused) for fused in (False, True)]
+    tc_emulator.run(exe, [inp, outp, b, h, n_q, n_k, e, repr(scale), vec, *smem, *ops], what)
     raw = outp.read_bytes()
     t = NP_DTYPE[dtype]
     stat = np.float64 if dtype == "float64" else np.float32
@@ -1199,7 +1456,7 @@ def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault):
     exe = emulator.build(f"bf16_64_causal_fault{fault}", EMU_T="ignis::bfloat16", EMU_D=64,
                          EMU_CAUSAL=1, EMU_TC=1, EMU_FAULT=fault)
     with pytest.raises(AssertionError, match=r"max error|pattern differs|emulator: "):
-        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 1, 1, 17, 40, 17)
+        run_emulated(exe, tmp_path, "bf16_64_causal", 1, 1, "bfloat16", 1, 1, 17, 40, 17, dim=64)
 
 
 # A kernel that gets the strides wrong is caught: faults in the index arithmetic of the strided

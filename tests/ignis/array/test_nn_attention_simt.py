@@ -23,6 +23,7 @@ from test_nn_attention import (
     assert_known_param_types,
     emulator_io,
     placements,
+    ptxas_report,
     read_results,
     ref_attention,
     vec_flag,
@@ -652,25 +653,6 @@ def test_a_faulty_fused_backward_is_caught(tmp_path, fault):
     _run_case(exe, tmp_path, dtype, dim, causal, run, fused=False)  # (the two passes: intact)
 
 
-def _ptxas_report(names):
-    """{name expression: (registers, spill store bytes)} of an sm_90 build of ``names``."""
-    import re
-
-    obj = ignis.compile(
-        _sources.read_source("attention.cu"),
-        ignis.CompileOptions(arch="sm_90", extra=("--ptxas-options=-v",)),
-        name_expressions=sorted(names),
-        name="attention.cu",
-    )
-    by_symbol = {m: n for n, m in obj.lowered_names.items()}
-    found = re.findall(
-        r"Function properties for (\S+)\s*\n.*?(\d+) bytes spill stores.*?\n"
-        r"ptxas info\s*: Used (\d+) registers",
-        obj.log,
-    )
-    return {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monkeypatch):
     # The fused kernel keeps the dK/dV kernel's launch bounds: registers within them, and no
@@ -682,7 +664,7 @@ def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monk
         for causal in (False, True):
             names = cuda_attention.tiled_kernel_names(dtype, e, causal)
             pairs.append((names["fused"], names["dkdv"], e))
-    report = _ptxas_report({n for fused, dkdv, _ in pairs for n in (fused, dkdv)})
+    report = ptxas_report({n for fused, dkdv, _ in pairs for n in (fused, dkdv)})
     assert len(report) == 2 * len(pairs), report
     for fused, dkdv, e in pairs:
         minb = cuda_attention.SIMT_TILES[(dtype, e)]["fused"][3]

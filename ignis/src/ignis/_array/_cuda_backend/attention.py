@@ -15,20 +15,21 @@ tensor-core backward is then one pass over key blocks that writes dK and dV and 
 zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
 and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
 atomics. Without it, dK/dV per key block and dQ per query block are two passes
-(deterministic). float32 / float64 run the register-tiled scalar kernels
-(``flash_*_simt_tiled``: tiles per (dtype, head dim) in :data:`SIMT_TILES`) unless
-:data:`SIMT_TILED` is False, which selects the first scalar kernels (``flash_*_simt``). Their
-backward is the same two passes, or with :data:`SIMT_FUSED_DQ` one pass over key blocks that
-adds dQ into a zero-filled buffer of the input's dtype with atomics, then the same last launch.
-The tensor-core kernels copy the next tiles with ``cp.async`` into a second shared-memory
-buffer while they compute on the first. Decode attention splits the cache over enough blocks
-to fill the GPU and merges the partial softmax states in a second launch.
+(deterministic). Both take the dK/dV tiles (keys per block, queries per tile, warps) of the
+:data:`BWD_TILE_VARIANTS` entry that :data:`BWD_TILES` names. float32 / float64 run the
+register-tiled scalar kernels (``flash_*_simt_tiled``: tiles per (dtype, head dim) in
+:data:`SIMT_TILES`) unless :data:`SIMT_TILED` is False, which selects the first scalar kernels
+(``flash_*_simt``). Their backward is the same two passes, or with :data:`SIMT_FUSED_DQ` one
+pass over key blocks that adds dQ into a zero-filled buffer of the input's dtype with atomics,
+then the same last launch. The tensor-core kernels copy the next tiles with ``cp.async`` into a
+second shared-memory buffer while they compute on the first. Decode attention splits the cache
+over enough blocks to fill the GPU and merges the partial softmax states in a second launch.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import _dtypes as dt
 from ._kernels import CTYPE, library_kernel
@@ -47,6 +48,10 @@ __all__ = [
     "HEAD_DIMS",
     "FWD_ROWS_PER_WARP",
     "BWD_FUSED_DQ",
+    "BWD_TILES",
+    "BWD_TILES_AUTO",
+    "BWD_TILE_VARIANTS",
+    "BwdTiles",
     "SIMT_TILED",
     "SIMT_FUSED_DQ",
     "SIMT_TILES",
@@ -68,7 +73,62 @@ FWD_ROWS_PER_WARP = 32
 #: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
 #: deterministic dK/dV + dQ passes.
 BWD_FUSED_DQ = True
-_DKDV_BN, _DKDV_BM = 64, 32
+
+
+class BwdTiles(NamedTuple):
+    """A tile variant of the float16 / bfloat16 dK/dV and fused backward kernels
+    (``flash_bwd_dkdv_tc`` / ``flash_bwd_fused_tc``; its template arguments after T, D, CAUSAL).
+
+    Attributes:
+        keys: keys per block, 16 per warp (so ``keys // 16`` warps).
+        queries: queries per streamed tile (a multiple of 16; its 16-row tiles divide the warps).
+        min_blocks: the launch bounds' minimum blocks per SM at head dims <= 64, which caps
+            ptxas's registers (0: none asked; always none above 64, where the dK and dV
+            accumulators alone take 128 registers).
+        kv_regs: at head dims <= 64 each warp keeps its K and V A fragments in registers.
+        red_pairs: dQ added in column pairs by one vector reduction each (sm_90).
+    """
+
+    keys: int
+    queries: int
+    min_blocks: int = 0
+    kv_regs: bool = False
+    red_pairs: bool = False
+
+    @property
+    def threads(self) -> int:
+        return self.keys // 16 * 32
+
+    def template_args(self, d: int) -> str:
+        """The kernels' tile arguments at padded head dim ``d``."""
+        minb = self.min_blocks if d <= 64 else 0
+        flags = ", ".join("true" if f else "false" for f in (self.kv_regs, self.red_pairs))
+        return f"{self.keys}, {self.queries}, {minb}, {flags}"
+
+
+#: The tile variants of the float16 / bfloat16 dK/dV and fused backward, by name: k<keys per
+#: block>q<queries per tile>w<warps>, then -b2 (two blocks per SM asked at head dims <= 64),
+#: -kv (K and V fragments in registers at head dims <= 64), -red2 (dQ by paired reductions).
+#: All give the same results up to the order of dQ's float32 atomics; see attention.cu's
+#: tensor-core backward section for their registers and occupancy.
+BWD_TILE_VARIANTS: dict[str, BwdTiles] = {
+    "k64q32w4": BwdTiles(64, 32),
+    "k128q32w8": BwdTiles(128, 32),
+    "k128q64w8": BwdTiles(128, 64),
+    "k128q32w8-b2-red2": BwdTiles(128, 32, min_blocks=2, red_pairs=True),
+    "k128q64w8-kv-red2": BwdTiles(128, 64, kv_regs=True, red_pairs=True),
+}
+#: What :data:`BWD_TILES` = "auto" runs at each padded head dim: the fastest fused backward on
+#: an H200 (``benchmarks/attention.py``; 1.3-1.6x the k64q32w4 tiles at head dims 64 and 128).
+BWD_TILES_AUTO = {
+    32: "k128q32w8-b2-red2",
+    64: "k128q32w8-b2-red2",
+    96: "k128q64w8-kv-red2",
+    128: "k128q64w8-kv-red2",
+}
+#: The :data:`BWD_TILE_VARIANTS` entry both float16 / bfloat16 backward paths use, or "auto"
+#: (:data:`BWD_TILES_AUTO` by head dim).
+BWD_TILES = "auto"
 _DQ_BM, _DQ_BN = 64, 32
 _DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
 
@@ -149,8 +209,34 @@ def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     return names
 
 
-def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
-    """Name expressions of the kernels one (dtype, head dim, causal) case uses.
+def bwd_tiles(name: str | None = None, d: int = 128) -> BwdTiles:
+    """The tile variant ``name`` (default: :data:`BWD_TILES`) of :data:`BWD_TILE_VARIANTS`;
+    "auto" picks :data:`BWD_TILES_AUTO`'s at padded head dim ``d``."""
+    name = BWD_TILES if name is None else name
+    tiles = BWD_TILE_VARIANTS.get(BWD_TILES_AUTO[d] if name == "auto" else name)
+    if tiles is None:
+        raise ValueError(
+            f"attention: BWD_TILES is {name!r}; expected 'auto' or one of "
+            f"{', '.join(BWD_TILE_VARIANTS)}"
+        )
+    return tiles
+
+
+def dkdv_smem(tiles: BwdTiles, d: int, fused: bool) -> int:
+    """Dynamic shared memory (bytes) of the tensor-core dK/dV kernel, or the fused one, at
+    padded head dim ``d`` (``dkdv_smem_bytes`` in attention.cu; the kernels trap when given
+    less): K and V tiles; Q and dO tiles and the float32 lse and D rows, two buffers each; the
+    fused one's dS tile."""
+    n, m, ld = tiles.keys, tiles.queries, d + 8
+    elems = (2 * n + 4 * m) * ld + (m * (n + 8) if fused else 0)
+    return elems * 2 + 4 * m * 4
+
+
+def kernel_names(
+    dtype: str, e: int, causal: bool, bwd_tile_variant: str | None = None
+) -> dict[str, str]:
+    """Name expressions of the kernels one (dtype, head dim, causal) case uses; the 16-bit
+    backward's with the tiles of ``bwd_tile_variant`` (default: :data:`BWD_TILES`).
 
     float16 / bfloat16 also get ``"fwd_alt"``: the tensor-core forward that
     :data:`FWD_ROWS_PER_WARP` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
@@ -168,7 +254,9 @@ def kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     if kind == "tc":
         wide = f"ignis::attn::flash_fwd_tc_m32<{t}, {d}, {c}>"
         fwd, extra["fwd_alt"] = (wide, fwd) if FWD_ROWS_PER_WARP == 32 else (fwd, wide)
-        extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}>"
+        tiles = bwd_tiles(bwd_tile_variant, d).template_args(d)
+        dkdv = f"ignis::attn::flash_bwd_dkdv_tc<{t}, {d}, {c}, {tiles}>"
+        extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}, {tiles}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
     else:
         tiled = tiled_kernel_names(dtype, e, causal)
@@ -356,16 +444,23 @@ def backward(
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
     _check_heads(bh)
-    names = kernel_names(q.dtype.name, e, causal)
+    tc = q.dtype.name in _TC
+    variant = BWD_TILES  # read once: the names and the launch shapes must agree
+    tiles = bwd_tiles(variant, d) if tc else None
+    names = kernel_names(q.dtype.name, e, causal, variant)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out, grad_out, dq, dk, dv)
     rows = bh * n_q
     dvec = _temp(backend, (rows,), lse.dtype)
-    _launch(backend, names["rowdot"], _warp_rows_grid(rows), 256,
-            [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay])
-    tc = q.dtype.name in _TC
+    _launch(
+        backend,
+        names["rowdot"],
+        _warp_rows_grid(rows),
+        256,
+        [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay],
+    )
     if tc and BWD_FUSED_DQ:
-        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
+        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, tiles, scale, lay)
         return
     if not tc and SIMT_TILED:
         run = _backward_tiled_fused if SIMT_FUSED_DQ else _backward_tiled
@@ -376,10 +471,10 @@ def backward(
         if tc:
             vec = _vec(e, q, k, v, grad_out)
             sizes = [n_q, n_k, e, scale, scale * LOG2E, vec, bh0, lay]
-            # K and V tiles; Q and dO tiles and lse and D rows, two buffers each
-            smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + 4 * _DKDV_BM * 4
+            smem = dkdv_smem(tiles, d, fused=False)
             args = [*inputs, ptr(dk), ptr(dv), *sizes]
-            _launch(backend, names["dkdv"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
+            grid = (_ceil(n_k, tiles.keys), count)
+            _launch(backend, names["dkdv"], grid, tiles.threads, args, smem)
             smem = 4 * _DQ_BN * (d + 8) * 2  # K and V tiles, two buffers each
             args = [*inputs, ptr(dq), *sizes]
             _launch(backend, names["dq"], (_ceil(n_q, _DQ_BM), count), _TC_THREADS, args, smem)
@@ -392,8 +487,9 @@ def backward(
             _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
 
 
-def _input_ptrs(backend: Any, q: NvArray, k: NvArray, v: NvArray, grad_out: NvArray,
-                lse: NvArray, dvec: NvArray) -> list[int]:
+def _input_ptrs(
+    backend: Any, q: NvArray, k: NvArray, v: NvArray, grad_out: NvArray, lse: NvArray, dvec: NvArray
+) -> list[int]:
     """The addresses every backward kernel takes first: q, k, v, dO, lse and D."""
     ptr = backend.data_ptr
     return [ptr(q), ptr(k), ptr(v), ptr(grad_out), ptr(lse), ptr(dvec)]
@@ -404,12 +500,26 @@ def _warp_rows_grid(rows: int) -> int:
     return min(_ceil(rows, 8), 1 << 20)
 
 
-def _finish_dq(backend: Any, names: dict[str, str], dq_acc: NvArray, dq: NvArray, rows: int,
-               n_q: int, e: int, scale: float, lay: bytes) -> None:
+def _finish_dq(
+    backend: Any,
+    names: dict[str, str],
+    dq_acc: NvArray,
+    dq: NvArray,
+    rows: int,
+    n_q: int,
+    e: int,
+    scale: float,
+    lay: bytes,
+) -> None:
     """Scale the summed dQ of a one-pass backward and round it into ``dq`` (in its layout)."""
     ptr = backend.data_ptr
-    _launch(backend, names["dq_finish"], _warp_rows_grid(rows), 256,
-            [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay])
+    _launch(
+        backend,
+        names["dq_finish"],
+        _warp_rows_grid(rows),
+        256,
+        [ptr(dq_acc), ptr(dq), rows, n_q, e, scale, lay],
+    )
 
 
 def _backward_fused(
@@ -424,10 +534,12 @@ def _backward_fused(
     dvec: NvArray,
     lse: NvArray,
     names: dict[str, str],
+    tiles: BwdTiles,
     scale: float,
     lay: bytes,
 ) -> None:
-    """dK, dV and float32 dQ sums in one pass over key blocks, then dQ scaled and rounded."""
+    """dK, dV and float32 dQ sums in one pass over key blocks of ``tiles``, then dQ scaled and
+    rounded."""
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
@@ -436,14 +548,13 @@ def _backward_fused(
     dq_acc = _temp(backend, (n,), dt.float32)
     backend.fill(dq_acc, 0.0)
     vec = _vec(e, q, k, v, grad_out)
-    # K and V tiles; Q and dO tiles and lse and D rows, two buffers each; the dS tile
-    smem = (2 * _DKDV_BN + 4 * _DKDV_BM) * (d + 8) * 2 + _DKDV_BM * (_DKDV_BN + 8) * 2
-    smem += 4 * _DKDV_BM * 4
+    smem = dkdv_smem(tiles, d, fused=True)
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
+    sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     for bh0, count in _bh_chunks(bh):
-        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec,
-                bh0, lay]
-        _launch(backend, names["bwd_fused"], (_ceil(n_k, _DKDV_BN), count), _TC_THREADS, args, smem)
+        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
+        grid = (_ceil(n_k, tiles.keys), count)
+        _launch(backend, names["bwd_fused"], grid, tiles.threads, args, smem)
     _finish_dq(backend, names, dq_acc, dq, bh * n_q, n_q, e, scale, lay)
 
 
@@ -509,9 +620,9 @@ def _backward_tiled_fused(
     vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
     smem = tiled_smem(dtype, e, "fused")
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
+    sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     for bh0, count in _bh_chunks(b * h):
-        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), n_q, n_k, e, scale, scale * LOG2E, vec,
-                bh0, lay]
+        args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
         _launch(backend, names["bwd_fused"], (_ceil(n_k, bm), count), _TILED_THREADS, args, smem)
     _finish_dq(backend, names, dq_acc, dq, rows, n_q, e, scale, lay)
 
