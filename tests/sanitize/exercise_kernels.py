@@ -490,6 +490,7 @@ class Driver:
                 self.run(nn.multi_tensor_scale_, gs, scale, inverse=True, found_inf=found)
                 tracker = ignis.zeros((), "int32", device=d)
                 self.run(nn.amp_update_scale_, scale, tracker, found)
+                self.run(nn.multi_tensor_zero_, gs)
 
         return {
             "norm": (("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"), norms),
@@ -509,6 +510,7 @@ class Driver:
                     "multi_tensor_clip_",
                     "multi_tensor_scale_",
                     "amp_update_scale_",
+                    "multi_tensor_zero_",
                 ),
                 optim,
             ),
