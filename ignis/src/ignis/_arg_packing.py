@@ -500,7 +500,7 @@ def block_lines(packer: ArgPacker, args: str) -> list[str]:
     """The lines of :func:`_pack_lines` that take a block and write the converted values
     ``v0 .. v<n-1>`` into it (``packed``); ``args`` is the expression an out-of-range error
     reports. Shared with launches whose caller passes converted values (see
-    ``Kernel.prepared``)."""
+    ``Kernel._prepared``)."""
     layout = packer._layout
     assert layout is not None and packer._count
     values = ", ".join(f"v{i}" for i in range(packer._count))

@@ -1293,7 +1293,7 @@ def _emulated_variants():
 def build_with_tiles(emulator, build, variant):
     """The harness build ``build`` (of TILE_BUILDS) with the backward tiles of ``variant``."""
     name, ctype, dim, causal = build
-    tiles = cuda_attention.bwd_tiles(variant)
+    tiles = cuda_attention.bwd_tiles(variant, dim)
     return emulator.build(
         f"{name}_{variant}",
         EMU_T=ctype,
@@ -1409,7 +1409,7 @@ def run_emulated(
     smem = [0, 0]
     if tc:  # the host's sizes: the harness checks them against the kernels'
         d = dim or cuda_attention.padded_head_dim(e)
-        variant = cuda_attention.bwd_tiles(tiles)
+        variant = cuda_attention.bwd_tiles(tiles, d)
         smem = [cuda_attention.dkdv_smem(variant, d, fused) for fused in (False, True)]
     tc_emulator.run(exe, [inp, outp, b, h, n_q, n_k, e, repr(scale), vec, *smem, *ops], what)
     raw = outp.read_bytes()

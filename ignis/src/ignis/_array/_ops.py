@@ -230,11 +230,22 @@ _UNSEEN: Any = object()
 _DIRECT_LIMIT = 8
 
 
-def _keep_direct(directs: dict[Any, Any], backend: Any, direct: Any) -> Any:
+def _keep_direct(directs: dict[Any, Any], backend: Any, direct: Any) -> None:
     if len(directs) >= _DIRECT_LIMIT:
         directs.clear()
     directs[backend] = direct
-    return direct
+
+
+def _unary_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
+    """``op(x)`` through the direct function of ``plan`` on x's backend (asked for at the first
+    call and kept), or None where there is none or it does not take ``x``."""
+    backend, directs = x._backend, plan[4]
+    direct = directs.get(backend, _UNSEEN)
+    if direct is _UNSEEN:
+        compute, dtype, strides, nbytes, _ = plan
+        direct = backend.unary_direct(op, compute, dtype, x._dtype, x._shape, strides, nbytes)
+        _keep_direct(directs, backend, direct)
+    return None if direct is None else direct(x)
 
 
 def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any, a: Any, b: Any) -> Any:
@@ -258,21 +269,11 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
             layout = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
             plan = (spec.compute, spec.dtype, *layout, {})
             _remember(_unary_plans, key, plan)
-        compute, dtype, strides, nbytes, directs = plan
-        if not params:
-            direct = directs.get(x._backend, _UNSEEN)
-            if direct is _UNSEEN:
-                direct = _keep_direct(
-                    directs,
-                    x._backend,
-                    x._backend.unary_direct(
-                        op, compute, dtype, x._dtype, x._shape, strides, nbytes
-                    ),
-                )
-            if direct is not None:
-                out = direct(x)
-                if out is not None:
-                    return out
+        if not params:  # the backend may compute it in one call
+            out = _unary_direct(op, plan, x)
+            if out is not None:
+                return out
+        compute, dtype, strides, nbytes, _ = plan
         out = _creation._allocate(x._shape, strides, nbytes, dtype, x._device)
         x._backend.unary(op, out, x, compute, params or {})
         return out

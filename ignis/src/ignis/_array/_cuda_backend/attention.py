@@ -209,9 +209,9 @@ def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     return names
 
 
-def bwd_tiles(name: str | None = None, d: int = 128) -> BwdTiles:
-    """The tile variant ``name`` (default: :data:`BWD_TILES`) of :data:`BWD_TILE_VARIANTS`;
-    "auto" picks :data:`BWD_TILES_AUTO`'s at padded head dim ``d``."""
+def bwd_tiles(name: str | None, d: int) -> BwdTiles:
+    """The tile variant ``name`` (None: :data:`BWD_TILES`) of :data:`BWD_TILE_VARIANTS` at
+    padded head dim ``d``: "auto" picks :data:`BWD_TILES_AUTO`'s."""
     name = BWD_TILES if name is None else name
     tiles = BWD_TILE_VARIANTS.get(BWD_TILES_AUTO[d] if name == "auto" else name)
     if tiles is None:

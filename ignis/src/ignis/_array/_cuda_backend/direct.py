@@ -3,15 +3,15 @@
 The front end remembers a plan per (op, dtypes, shapes) and, when the backend offers one, keeps
 a *direct* function with it (see ``Backend.binary_direct``). Here that function takes the
 operands of a repeated dense op (``a + b`` on same-dtype arrays, ``a * 2.0``, ``exp(a)``)
-straight to the two things that need doing: a block from the device's memory resource on the
-current stream, and the kernel's prepared launch (``Kernel._prepared``, found in
-``elementwise._kernels`` under the fast-path key, element count last). Everything the general
+straight to the two things that need doing: a block from ``CudaBackend.alloc`` (on the current
+stream, which the block records), and the kernel's prepared launch (``Kernel._prepared``, found
+in ``elementwise._kernels`` under the fast-path key, element count last). Everything the general
 path would decide again is fixed when the function is made: the kernel family, the result's
 layout, the scalar conversion, both alignment cases' keys.
 
 The front end keeps a direct function per backend and calls it with operands of that backend
-only. It returns None, and the front end takes its general path, for anything else: strides
-other than the result's (views), no memory resource yet.
+only. It returns None, and the front end takes its general path, for operands whose strides
+are not the result's (views).
 When the prepared launch does not exist yet (the first call of a size and alignment), it
 allocates and then runs ``elementwise.unary`` / ``binary``, which launches through
 ``Kernel.launch`` (validating the configuration) and prepares the launch for the next call.
@@ -22,9 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ... import _memory
-from ..._bindings import _init_state
-from ..._stream import current_stream
 from .. import _creation
 from . import elementwise as ew
 
@@ -33,23 +30,6 @@ if TYPE_CHECKING:
     from ..array import NvArray
 
 __all__ = ["binary_direct", "unary_direct"]
-
-
-def _allocator(backend: Any, nbytes: int) -> Callable[[], Any]:
-    """``take()``: a Buffer of ``nbytes`` from the device's resource on the current stream
-    (its ``stream``; what ``CudaBackend.alloc`` does), or None where that needs the general
-    path."""
-    gpu = backend.gpu
-    ordinal = gpu.ordinal
-    resources = _memory._resources  # read at each call: set_memory_resource may replace one
-
-    def take() -> tuple[Any, Any] | None:
-        resource = resources.get(ordinal)
-        if resource is None or not _init_state["ok"]:
-            return None
-        return resource.allocate(nbytes, current_stream(gpu))
-
-    return take
 
 
 def binary_direct(
@@ -73,16 +53,13 @@ def binary_direct(
     narrow = (op, cname, dtype.name, form, 1, ordinal, n)
     wide = (op, cname, dtype.name, form, 16 // dtype.itemsize, ordinal, n)
     kernels, general, adopt = ew._kernels, ew.binary, _creation.adopt
-    take = _allocator(backend, nbytes)
 
     if form == 0:
 
         def direct(a: Any, b: Any) -> NvArray | None:
             if a._strides != strides or b._strides != strides:
                 return None
-            buffer = take()
-            if buffer is None:
-                return None
+            buffer = backend.alloc(nbytes)
             stream = buffer.stream
             out = adopt(buffer, shape, strides, dtype, a._device, backend, stream)
             po, pa, pb = buffer.ptr, a._storage.ptr + a._offset, b._storage.ptr + b._offset
@@ -100,9 +77,7 @@ def binary_direct(
             x, value = (b, a) if scalar_first else (a, b)
             if x._strides != strides:
                 return None
-            buffer = take()
-            if buffer is None:
-                return None
+            buffer = backend.alloc(nbytes)
             stream = buffer.stream
             out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
             po, px = buffer.ptr, x._storage.ptr + x._offset
@@ -139,15 +114,12 @@ def unary_direct(
     narrow = (functor, compute.name, dtype.name, x_dtype.name, 1, ordinal, n)
     wide = (functor, compute.name, dtype.name, x_dtype.name, 16 // dtype.itemsize, ordinal, n)
     kernels, general, adopt = ew._kernels, ew.unary, _creation.adopt
-    take = _allocator(backend, nbytes)
     no_params: dict[str, Any] = {}
 
     def direct(x: Any) -> NvArray | None:
         if x._strides != strides:
             return None
-        buffer = take()
-        if buffer is None:
-            return None
+        buffer = backend.alloc(nbytes)
         stream = buffer.stream
         out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
         po, px = buffer.ptr, x._storage.ptr + x._offset
