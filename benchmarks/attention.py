@@ -5,7 +5,9 @@ Cases: sequence length 1024 / 4096 / 8192 (L == S), head dim 64 / 128, causal an
 batch * seq = 16384 tokens and 2048 / head_dim heads. FLOPs follow PyTorch's convention:
 4 * B * H * L * S * E for the forward pass, 2.5x that for the backward pass, halved when causal.
 Times are medians of CUDA-event-timed rounds after a warm-up (helpers of reduction.py);
-``vs torch`` is ignis's TFLOP/s over PyTorch's. The last column is the largest absolute
+``vs torch`` is ignis's TFLOP/s over PyTorch's; "mma.sync fwd" is the forward with
+``FWD_WGMMA = False`` where the Hopper kernel is the default (compute capability 9.0, head dims
+64 and 128). The last column is the largest absolute
 difference between the two forward outputs.
 
 A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
@@ -76,12 +78,19 @@ def bench_row(torch, seq: int, e: int, causal: bool) -> str:
     t_ob, t_tb = time_ignis(ours_fwd_bwd), time_torch(torch_fwd_bwd)
     tflops = lambda f, ms: f / (ms * 1e-3) / 1e12  # noqa: E731
     of, tf = tflops(flops, t_of), tflops(flops, t_tf)
+    mma_sync = "-"  # the mma.sync forward, where the Hopper one replaces it by default
+    if cuda_attention.uses_wgmma_forward("bfloat16", e, ignis.Device(0)):
+        cuda_attention.FWD_WGMMA = False
+        try:
+            mma_sync = f"{tflops(flops, time_ignis(ours_fwd)):.1f}"
+        finally:
+            cuda_attention.FWD_WGMMA = True
     ob, tb = tflops(3.5 * flops, t_ob), tflops(3.5 * flops, t_tb)
     ours = np.asarray(ours_fwd()[0].to_host(), np.float32)
     theirs = torch_fwd().float().cpu().numpy()
     diff = float(np.max(np.abs(ours - theirs)))
     return (
-        f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | {of:.1f} | {tf:.1f} | "
+        f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | {of:.1f} | {mma_sync} | {tf:.1f} | "
         f"{of / tf:.2f} | {ob:.1f} | {tb:.1f} | {ob / tb:.2f} | {diff:.2e} |"
     )
 
@@ -123,8 +132,11 @@ def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> lis
     rows = []
     saved = cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ
     try:
-        for tiled, fused, kernels in ((True, False, "tiled"), (True, True, "tiled, one pass"),
-                                      (False, False, "first")):
+        for tiled, fused, kernels in (
+            (True, False, "tiled"),
+            (True, True, "tiled, one pass"),
+            (False, False, "first"),
+        ):
             cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ = tiled, fused
             out, lse = ignis.nn.attention(q, k, v, causal=causal)
 
@@ -220,10 +232,10 @@ def main() -> int:
         return 0
     print(f"# Fused attention (bfloat16) on {ignis.Device(0).name}\n")
     print(
-        "| B x H x L x E | causal | ignis fwd TFLOP/s | torch fwd | vs torch | "
+        "| B x H x L x E | causal | ignis fwd TFLOP/s | mma.sync fwd | torch fwd | vs torch | "
         "ignis fwd+bwd TFLOP/s | torch fwd+bwd | vs torch | max abs diff |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for seq, e, causal in cases():
         print(bench_row(torch, seq, e, causal), flush=True)
         torch.cuda.empty_cache()

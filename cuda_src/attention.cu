@@ -387,6 +387,45 @@ __global__ void __launch_bounds__(kTcThreads)
 // 2 x 32 score floats). Tiles that need no mask (all keys in range and, causal, at or below every
 // query's diagonal) skip the per-element visibility test.
 
+// Online softmax of this thread's two rows (g and g + 8) of a 16-row score accumulator of
+// 8 * NT keys from n0 on (log2 units): s becomes P = 2^(s * scale_log2 - m) with the rows'
+// running max m, l the running sums (per-thread partial sums: alpha is the quad's) and alpha
+// the factor for the rows' earlier O.
+template <bool CAUSAL, int NT>
+IGNIS_DEV void online_softmax(float (&s)[NT][4], float (&mrow)[2], float (&lrow)[2],
+                              float (&alpha)[2], const int (&row)[2], int n0, int L, int S,
+                              float scale_log2, bool masked) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = neg_inf();
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        float x = s[nt][2 * h + c] * scale_log2;
+        if (masked && !visible<CAUSAL>(row[h], n0 + nt * 8 + 2 * t + c, L, S)) x = neg_inf();
+        s[nt][2 * h + c] = x;
+        mx = fmaxf(mx, x);
+      }
+    mx = quad_max(mx);
+    const float m_new = fmaxf(mrow[h], mx);
+    const float m_use = m_new == neg_inf() ? 0.f : m_new;  // no -inf - -inf = NaN
+    alpha[h] = exp2_fast(mrow[h] - m_use);
+    mrow[h] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float p = exp2_fast(s[nt][2 * h + c] - m_use);
+        s[nt][2 * h + c] = p;
+        sum += p;
+      }
+    lrow[h] = lrow[h] * alpha[h] + sum;
+  }
+}
+
 enum : int { kFwd2MT = 2, kFwd2BM = 128, kFwd2BN = 64 };
 
 // Two blocks per SM (8 warps) at up to 255 registers and 104 KiB of shared memory (D = 128).
@@ -491,42 +530,18 @@ __global__ void __launch_bounds__(kTcThreads)
     // Block-uniform: does any (query, key) pair of this tile need the visibility test?
     const bool masked = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+      float alpha[2];
+      online_softmax<CAUSAL, NT>(s[mt], mrow[mt], lrow[mt], alpha, row[mt], n0, L, S, scale_log2,
+                                 masked);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float mx = neg_inf();
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float x = s[mt][nt][2 * h + c] * scale_log2;
-            if (masked && !visible<CAUSAL>(row[mt][h], n0 + nt * 8 + 2 * t + c, L, S))
-              x = neg_inf();
-            s[mt][nt][2 * h + c] = x;
-            mx = fmaxf(mx, x);
-          }
-        mx = quad_max(mx);
-        const float m_new = fmaxf(mrow[mt][h], mx);
-        // A row that has seen no visible key yet keeps -inf: subtract 0 so no -inf - -inf = NaN.
-        const float m_use = m_new == neg_inf() ? 0.f : m_new;
-        const float alpha = exp2_fast(mrow[mt][h] - m_use);
-        mrow[mt][h] = m_new;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const float p = exp2_fast(s[mt][nt][2 * h + c] - m_use);
-            s[mt][nt][2 * h + c] = p;
-            sum += p;
-          }
-        lrow[mt][h] = lrow[mt][h] * alpha + sum;  // a per-thread partial sum: alpha is the quad's
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-          o[mt][nt][2 * h] *= alpha;
-          o[mt][nt][2 * h + 1] *= alpha;
-        }
+      for (int nt = 0; nt < D / 8; ++nt) {
+        o[mt][nt][0] *= alpha[0];
+        o[mt][nt][1] *= alpha[0];
+        o[mt][nt][2] *= alpha[1];
+        o[mt][nt][3] *= alpha[1];
       }
+    }
 
     // O += P V: P straight from the score registers; one ldmatrix.trans of V feeds both m-tiles.
     const T* vbase = vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;

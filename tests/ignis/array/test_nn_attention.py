@@ -564,7 +564,9 @@ def assert_known_param_types(names):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_kernel_parameters_have_known_types(dtype):
-    assert_known_param_types(cuda_attention.kernel_names(dtype, 64, True).values())
+    # (the Hopper forward lives in attention_sm90.cu: test_nn_attention_sm90.py)
+    names = cuda_attention.kernel_names(dtype, 64, True)
+    assert_known_param_types(v for key, v in names.items() if key != "fwd_wgmma")
 
 
 def test_layout_packing_matches_the_kernels_struct():

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
-import itertools
 import threading
 import types
 from collections import defaultdict
@@ -36,7 +35,9 @@ from ignis._sources import read_source
 
 SUCCESS = driver.CUresult.CUDA_SUCCESS
 
-_addresses = itertools.count(0x7F00_0000_0000 // 512)
+# The next address a fake hands out: live allocations never overlap (as on a device), and the
+# planning caches that tell buffers apart by address see distinct, disjoint blocks.
+_next_address = [0x7F00_0000_0000]
 _allocated: dict[int, int] = {}  # address -> bytes, of every fake's live allocations
 
 PROPERTIES = {
@@ -90,7 +91,8 @@ class FakeGpu:
             if status is not SUCCESS:
                 return (status,)
             if name == "cuMemAllocAsync":
-                ptr = next(_addresses) * 512  # distinct over all fakes: 512-byte aligned
+                ptr = _next_address[0]  # distinct over all fakes: 512-byte aligned
+                _next_address[0] += -(-max(int(args[0]), 1) // 512) * 512
                 self.live[ptr] = _allocated[ptr] = args[0]
                 return (SUCCESS, driver.CUdeviceptr(ptr))
             if name == "cuMemFreeAsync":
@@ -181,8 +183,8 @@ def _checked(fn: Any, name: str, *args: Any) -> Any:
     return bindings.check(fn(*args), name)
 
 
-def _library_kernel(source_file: str, name: str, device: Device) -> Kernel:
-    code = types.SimpleNamespace(lowered_names={}, kind="cubin", arch="sm_90")
+def _library_kernel(source_file: str, name: str, device: Device, arch: str | None = None) -> Kernel:
+    code = types.SimpleNamespace(lowered_names={}, kind="cubin", arch=arch or "sm_90")
     return Kernel.from_object_code(code, name, read_source(source_file))
 
 

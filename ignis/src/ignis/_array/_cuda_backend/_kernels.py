@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from ... import _dtypes as dt
+from ..._compiler import CompileOptions
 from ..._device import Device
 from ..._kernel import Kernel, compile_kernel
 from ..._sources import read_source
@@ -33,17 +34,22 @@ _PAIRS = [
 CTYPE: dict = {**{d: c for d, c in _PAIRS}, **{d.name: c for d, c in _PAIRS}}
 
 _lock = threading.Lock()
-_kernels: dict[tuple[str, str, int], Kernel] = {}
+_kernels: dict[tuple[str, str, int, str | None], Kernel] = {}
 
 
-def library_kernel(source_file: str, name_expression: str, device: Device) -> Kernel:
-    """The kernel ``name_expression`` of ``cuda_src/<source_file>``, compiled for ``device``."""
-    key = (source_file, name_expression, device.ordinal)
+def library_kernel(
+    source_file: str, name_expression: str, device: Device, arch: str | None = None
+) -> Kernel:
+    """The kernel ``name_expression`` of ``cuda_src/<source_file>``, compiled for ``device``:
+    for its own architecture, or for ``arch`` (e.g. ``"sm_90a"``, which wgmma needs)."""
+    key = (source_file, name_expression, device.ordinal, arch)
     kernel = _kernels.get(key)
     if kernel is None:
         with _lock:
             kernel = _kernels.get(key)
             if kernel is None:
-                kernel = compile_kernel(read_source(source_file), name_expression, device=device)
+                options = CompileOptions(arch=arch) if arch is not None else None
+                source = read_source(source_file)
+                kernel = compile_kernel(source, name_expression, options=options, device=device)
                 _kernels[key] = kernel
     return kernel

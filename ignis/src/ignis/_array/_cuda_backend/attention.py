@@ -9,7 +9,9 @@ where the bases and every stride are 16-byte aligned (:func:`_vec`). float16 and
 bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each is instantiated
 for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The tensor-core forward
 gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing every K and V
-fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. The
+fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. On a
+Hopper GPU (compute capability 9.0) at padded head dims 64 and 128 the forward is instead
+``flash_fwd_wgmma`` (``attention_sm90.cu``, warpgroup MMA, :data:`FWD_WGMMA`). The
 backward pass starts with ``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the
 tensor-core backward is then one pass over key blocks that writes dK and dV and adds dQ into a
 zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
@@ -47,6 +49,7 @@ __all__ = [
     "LAYOUT",
     "HEAD_DIMS",
     "FWD_ROWS_PER_WARP",
+    "FWD_WGMMA",
     "BWD_FUSED_DQ",
     "BWD_TILES",
     "BWD_TILES_AUTO",
@@ -70,6 +73,17 @@ _FWD_BN = 64
 #: Queries per warp of the tensor-core forward: 32 runs ``flash_fwd_tc_m32`` (128 per block),
 #: 16 the fallback ``flash_fwd_tc`` (64 per block). Either gives the same results up to rounding.
 FWD_ROWS_PER_WARP = 32
+#: float16 / bfloat16 forward on a GPU of compute capability 9.0 (Hopper) at padded head dims 64
+#: and 128: True runs ``flash_fwd_wgmma`` (``attention_sm90.cu``, warpgroup MMA, built for
+#: sm_90a; tiles in :data:`WGMMA_TILES`), False the ``mma.sync`` kernels as on other GPUs. Both
+#: give the same results up to float32 summation order.
+FWD_WGMMA = True
+SOURCE_SM90 = "attention_sm90.cu"
+_WGMMA_PREFIX = "ignis::attn::flash_fwd_wgmma"
+#: Tiles of ``flash_fwd_wgmma`` by padded head dim: (warpgroups per block, 64 queries each;
+#: keys per tile). The fastest on an H200: three warpgroups at head dim 64 (up to 1.16x two),
+#: two at 128 (three would spill).
+WGMMA_TILES = {64: (3, 128), 128: (2, 128)}
 #: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
 #: deterministic dK/dV + dQ passes.
 BWD_FUSED_DQ = True
@@ -258,6 +272,9 @@ def kernel_names(
         dkdv = f"ignis::attn::flash_bwd_dkdv_tc<{t}, {d}, {c}, {tiles}>"
         extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}, {tiles}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
+        if d in WGMMA_TILES:
+            groups, keys = WGMMA_TILES[d]
+            extra["fwd_wgmma"] = f"{_WGMMA_PREFIX}<{t}, {d}, {c}, {groups}, {keys}>"
     else:
         tiled = tiled_kernel_names(dtype, e, causal)
         old = {"fwd": fwd, "dkdv": dkdv, "dq": dq}
@@ -321,9 +338,30 @@ def _check_heads(bh: int) -> None:
 
 
 def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], smem: int = 0) -> None:
-    library_kernel(SOURCE, name, backend.gpu).launch(
-        grid, block, args, shared_mem=smem, stream=backend.stream
+    if name.startswith(_WGMMA_PREFIX):  # wgmma needs the architecture-specific build
+        kernel = library_kernel(SOURCE_SM90, name, backend.gpu, arch="sm_90a")
+    else:
+        kernel = library_kernel(SOURCE, name, backend.gpu)
+    kernel.launch(grid, block, args, shared_mem=smem, stream=backend.stream)
+
+
+def uses_wgmma_forward(dtype: str, e: int, device: Any) -> bool:
+    """Whether the forward of (dtype, head dim ``e``) on ``device`` runs ``flash_fwd_wgmma``:
+    float16 / bfloat16, padded head dim 64 or 128, compute capability 9.0 and
+    :data:`FWD_WGMMA`."""
+    return (
+        FWD_WGMMA
+        and dtype in _TC
+        and padded_head_dim(e) in WGMMA_TILES
+        and device.compute_capability == (9, 0)
     )
+
+
+def wgmma_fwd_smem(d: int) -> int:
+    """Dynamic shared memory (bytes) of ``flash_fwd_wgmma`` at padded head dim ``d``: the Q tile
+    and two buffers of K and V tiles, 16-bit, plus 1024 bytes to align the swizzled tiles."""
+    groups, keys = WGMMA_TILES[d]
+    return 1024 + (64 * groups + 4 * keys) * d * 2
 
 
 def _bh_chunks(bh: int):
@@ -393,11 +431,17 @@ def forward(
     names = kernel_names(q.dtype.name, e, causal)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out)
+    wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu)
     for bh0, count in _bh_chunks(bh):
         if q.dtype.name in _TC:
             bm = 4 * FWD_ROWS_PER_WARP  # 4 warps
             # K and V tiles, two buffers each; the 32-row kernel also stages the Q tile
             smem = (4 * _FWD_BN + (bm if bm == 128 else 0)) * (d + 8) * 2
+            name, threads = names["fwd"], _TC_THREADS
+            if wgmma:
+                groups = WGMMA_TILES[d][0]
+                bm, threads = 64 * groups, 128 * groups
+                smem, name = wgmma_fwd_smem(d), names["fwd_wgmma"]
             args = [
                 ptr(q),
                 ptr(k),
@@ -412,7 +456,7 @@ def forward(
                 bh0,
                 lay,
             ]
-            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
+            _launch(backend, name, (_ceil(n_q, bm), count), threads, args, smem)
         elif SIMT_TILED:
             bm = SIMT_TILES[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
             smem = tiled_smem(q.dtype.name, e, "fwd")

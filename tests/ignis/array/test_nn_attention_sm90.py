@@ -1,0 +1,211 @@
+"""The Hopper forward of float16 / bfloat16 attention (``flash_fwd_wgmma`` in
+cuda_src/attention_sm90.cu, warpgroup MMA, built for sm_90a): when it runs, how it is launched,
+that it builds within its registers, and on an H200 that it gives the reference's results."""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+import ignis.nn
+import numpy as np
+import pytest
+from ignis._array._cuda_backend import attention as cuda_attention
+from test_nn_attention import assert_close, host, make, ref_attention
+from test_nn_attention import fake as fake  # noqa: F401 (the fixture, used by name)
+
+import ignis
+from ignis import _sources
+
+CTYPE = {"bfloat16": "ignis::bfloat16", "float16": "ignis::float16"}
+
+
+def wgmma_name(dtype: str, d: int, causal: bool) -> str:
+    groups, keys = cuda_attention.WGMMA_TILES[d]
+    c = "true" if causal else "false"
+    return f"ignis::attn::flash_fwd_wgmma<{CTYPE[dtype]}, {d}, {c}, {groups}, {keys}>"
+
+
+# --- which forward runs, and its launch (fake driver: a stand-in H200) ---------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("e,d", [(64, 64), (40, 64), (128, 128), (100, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, monkeypatch):  # noqa: F811
+    q = ignis.empty((2, 3, 300, e), dtype=dtype, device="cuda:0")
+    k = ignis.empty((2, 3, 200, e), dtype=dtype, device="cuda:0")
+    v = ignis.empty((2, 3, 200, e), dtype=dtype, device="cuda:0")
+    fake.launches.clear()
+    out, lse = ignis.nn.attention(q, k, v, causal=causal, scale=0.25)
+    ((name, grid, block, _, args),) = fake.launches
+    groups, keys = cuda_attention.WGMMA_TILES[d]
+    assert name == wgmma_name(dtype, d, causal)
+    # 64 queries per warpgroup; the Q tile, two buffers of K and V tiles, 1 KiB of alignment
+    assert grid == (math.ceil(300 / (64 * groups)), 6, 1) and block == (128 * groups, 1, 1)
+    smem = 1024 + (64 * groups + 4 * keys) * d * 2
+    assert cuda_attention.wgmma_fwd_smem(d) == smem and smem <= 227 * 1024
+    assert (name, smem) in fake.optin
+    assert struct.unpack("<f", args[8])[0] == pytest.approx(0.25 * 1.4426950408889634)
+    # The same arguments as the mma.sync forward's.
+    monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
+    fake.launches.clear()
+    ignis.nn.attention(q, k, v, causal=causal, scale=0.25, out=out)
+    ((other, _, _, _, other_args),) = fake.launches
+    assert other.startswith("ignis::attn::flash_fwd_tc_m32<")
+    assert [a for i, a in enumerate(other_args) if i != 4] == [
+        a
+        for i, a in enumerate(args)
+        if i != 4  # (the lse row of each call is its own)
+    ]
+
+
+def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
+    def forward_name(e, dtype="bfloat16"):
+        q = ignis.empty((1, 2, 50, e), dtype=dtype, device="cuda:0")
+        fake.launches.clear()
+        ignis.nn.attention(q, q, q)
+        ((name, *_),) = fake.launches
+        return name.split("<")[0]
+
+    assert forward_name(32) == forward_name(96) == "ignis::attn::flash_fwd_tc_m32"
+    assert forward_name(64, "float32") == "ignis::attn::flash_fwd_simt_tiled"
+    assert forward_name(64) == "ignis::attn::flash_fwd_wgmma"
+    # another architecture (the sm_90a build runs on compute capability 9.0 only)
+    gpu = ignis.Device(0)
+    monkeypatch.setitem(gpu._properties, "compute_capability_major", 10)
+    assert forward_name(64) == "ignis::attn::flash_fwd_tc_m32"
+    assert not cuda_attention.uses_wgmma_forward("bfloat16", 64, gpu)
+
+
+# --- builds --------------------------------------------------------------------------------------
+
+
+def all_wgmma_names() -> list[str]:
+    return [
+        wgmma_name(dtype, d, causal)
+        for dtype in CTYPE
+        for d in cuda_attention.WGMMA_TILES
+        for causal in (False, True)
+    ]
+
+
+def test_every_hopper_forward_compiles_for_sm90a():
+    from ignis._signature import parse_kernel_params
+
+    names = all_wgmma_names()
+    source = _sources.read_source(cuda_attention.SOURCE_SM90)
+    obj = ignis.compile(
+        source,
+        ignis.CompileOptions(arch="sm_90a"),
+        name_expressions=names,
+        name="attention_sm90.cu",
+    )
+    assert set(obj.lowered_names) == set(names) and obj.log == ""
+    for name in names:  # the launch packs the same arguments as the mma.sync forward's
+        *plain, last = parse_kernel_params(source, name)
+        assert [p.kind for p in plain] == ["pointer"] * 5 + ["int"] * 3 + ["float", "int", "int"]
+        # Layout is declared in the included attention.cu, which the signature reader does not
+        # follow: "unknown" then, packed like a struct (its bytes, at the driver's size).
+        assert last.kind in ("struct", "unknown"), (name, last)
+        assert (last.ctype, last.name) == ("Layout", "lay"), (name, last)
+
+
+@pytest.mark.slow  # about 10 s of NVRTC
+def test_hopper_forwards_fit_their_registers():
+    # One block per SM of 128 * groups threads: 65536 / threads registers each at most, and at
+    # most a few spilled words (three warpgroups at head dim 64 spill 56-100 bytes and are still
+    # the fastest; three at 128 spill over 300).
+    names = all_wgmma_names()
+    obj = ignis.compile(
+        _sources.read_source(cuda_attention.SOURCE_SM90),
+        ignis.CompileOptions(arch="sm_90a", extra=("--ptxas-options=-v",)),
+        name_expressions=names,
+        name="attention_sm90.cu",
+    )
+    by_symbol = {m: n for n, m in obj.lowered_names.items()}
+    found = re.findall(
+        r"Function properties for (\S+)\s*\n.*?(\d+) bytes spill stores.*?\n"
+        r"ptxas info\s*: Used (\d+) registers",
+        obj.log,
+    )
+    report = {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
+    assert set(report) == set(names)
+    for name, (regs, spills) in report.items():
+        groups = int(name.split(", ")[3])
+        assert regs <= min(255, 65536 // (128 * groups)) and spills <= 128, (name, regs, spills)
+
+
+# --- on the GPU ----------------------------------------------------------------------------------
+
+
+def _needs_hopper():
+    if not ignis.is_available() or ignis.Device(0).compute_capability != (9, 0):
+        pytest.skip("needs a GPU of compute capability 9.0")
+
+
+HOPPER_SHAPES = [  # (B, H, L, S, E): partial tiles, L != S, a block with no visible key
+    (2, 3, 300, 300, 64),
+    (1, 2, 257, 511, 128),
+    (1, 2, 513, 129, 128),
+    (2, 2, 130, 70, 64),
+    (1, 2, 1, 77, 64),
+    (2, 2, 100, 140, 40),
+    (1, 2, 200, 333, 100),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_hopper_forward_matches_reference(dtype, causal, shape, monkeypatch):
+    _needs_hopper()
+    b, h, n_q, n_k, e = shape
+    rng = np.random.default_rng(n_q * 1000 + n_k + e)
+    qh, q = make(rng, (b, h, n_q, e), dtype, "cuda:0")
+    kh, k = make(rng, (b, h, n_k, e), dtype, "cuda:0")
+    vh, v = make(rng, (b, h, n_k, e), dtype, "cuda:0")
+    launched = []
+    real_launch = cuda_attention._launch
+    monkeypatch.setattr(
+        cuda_attention,
+        "_launch",
+        lambda backend, name, *a, **kw: (
+            launched.append(name),
+            real_launch(backend, name, *a, **kw),
+        ),
+    )
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    assert launched == [wgmma_name(dtype, 64 if e <= 64 else 128, causal)]
+    want_out, want_lse, _ = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e))
+    assert_close(host(out), want_out, dtype, "out")
+    assert_close(host(lse), want_lse, "float32", "lse")
+    # The mma.sync forward agrees up to float32 summation order and one rounding.
+    monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
+    out2, lse2 = ignis.nn.attention(q, k, v, causal=causal)
+    assert launched[-1].startswith("ignis::attn::flash_fwd_tc_m32<")
+    assert_close(host(out2), host(out), dtype, "out of the two forwards")
+    assert_close(host(lse2), host(lse), "float32", "lse of the two forwards")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("e", [64, 128])
+def test_hopper_forward_on_packed_and_unaligned_views(e):
+    _needs_hopper()
+    # Heads read in place from a packed (B, T, 3, H, E) projection, and an odd offset that
+    # turns the 16-byte copies off; the output written into a merged (B, T, H, E) buffer.
+    b, n, h, dtype = 2, 193, 3, "bfloat16"
+    rng = np.random.default_rng(e)
+    packed, qkv = make(rng, (b, n, 3 * h * e + 8), dtype, "cuda:0")  # rows 16-byte aligned
+    for offset in (0, 1):
+        heads = qkv[:, :, offset : offset + 3 * h * e].reshape(b, n, 3, h, e)
+        q, k, v = (heads[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+        merged = ignis.empty((b, n, h, e), dtype=dtype, device="cuda:0")
+        out, lse = ignis.nn.attention(q, k, v, causal=True, out=merged.permute(0, 2, 1, 3))
+        ph = packed[:, :, offset : offset + 3 * h * e].reshape(b, n, 3, h, e)
+        qh, kh, vh = (ph[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+        want_out, want_lse, _ = ref_attention(qh, kh, vh, True, 1 / math.sqrt(e))
+        assert_close(host(merged).transpose(0, 2, 1, 3), want_out, dtype, f"out, offset {offset}")
+        assert_close(host(lse), want_lse, "float32", f"lse, offset {offset}")
