@@ -5,9 +5,9 @@ Cases: sequence length 1024 / 4096 / 8192 (L == S), head dim 64 / 128, causal an
 batch * seq = 16384 tokens and 2048 / head_dim heads. FLOPs follow PyTorch's convention:
 4 * B * H * L * S * E for the forward pass, 2.5x that for the backward pass, halved when causal.
 Times are medians of CUDA-event-timed rounds after a warm-up (helpers of reduction.py);
-``vs torch`` is ignis's TFLOP/s over PyTorch's; "mma.sync fwd" is the forward with
-``FWD_WGMMA = False`` where the Hopper kernel is the default (compute capability 9.0, head dims
-64 and 128). The last column is the largest absolute
+``vs torch`` is ignis's TFLOP/s over PyTorch's; "ignis bwd" is ``attention_backward`` alone;
+"mma.sync fwd" / "mma.sync bwd" are the same with ``FWD_WGMMA = BWD_WGMMA = False`` where the
+Hopper kernels are the default (compute capability 9.0, head dims 64 and 128). The last column is the largest absolute
 difference between the two forward outputs.
 
 A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
@@ -78,20 +78,28 @@ def bench_row(torch, seq: int, e: int, causal: bool) -> str:
     t_ob, t_tb = time_ignis(ours_fwd_bwd), time_torch(torch_fwd_bwd)
     tflops = lambda f, ms: f / (ms * 1e-3) / 1e12  # noqa: E731
     of, tf = tflops(flops, t_of), tflops(flops, t_tf)
-    mma_sync = "-"  # the mma.sync forward, where the Hopper one replaces it by default
+    out, lse = ours_fwd()
+
+    def ours_bwd():
+        return ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+
+    bwd = f"{tflops(2.5 * flops, time_ignis(ours_bwd)):.1f}"
+    mma_sync = mma_sync_bwd = "-"  # the mma.sync kernels, where the Hopper ones replace them
     if cuda_attention.uses_wgmma_forward("bfloat16", e, ignis.Device(0)):
-        cuda_attention.FWD_WGMMA = False
+        cuda_attention.FWD_WGMMA = cuda_attention.BWD_WGMMA = False
         try:
             mma_sync = f"{tflops(flops, time_ignis(ours_fwd)):.1f}"
+            mma_sync_bwd = f"{tflops(2.5 * flops, time_ignis(ours_bwd)):.1f}"
         finally:
-            cuda_attention.FWD_WGMMA = True
+            cuda_attention.FWD_WGMMA = cuda_attention.BWD_WGMMA = True
     ob, tb = tflops(3.5 * flops, t_ob), tflops(3.5 * flops, t_tb)
     ours = np.asarray(ours_fwd()[0].to_host(), np.float32)
     theirs = torch_fwd().float().cpu().numpy()
     diff = float(np.max(np.abs(ours - theirs)))
     return (
         f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | {of:.1f} | {mma_sync} | {tf:.1f} | "
-        f"{of / tf:.2f} | {ob:.1f} | {tb:.1f} | {ob / tb:.2f} | {diff:.2e} |"
+        f"{of / tf:.2f} | {bwd} | {mma_sync_bwd} | {ob:.1f} | {tb:.1f} | {ob / tb:.2f} | "
+        f"{diff:.2e} |"
     )
 
 
@@ -233,9 +241,10 @@ def main() -> int:
     print(f"# Fused attention (bfloat16) on {ignis.Device(0).name}\n")
     print(
         "| B x H x L x E | causal | ignis fwd TFLOP/s | mma.sync fwd | torch fwd | vs torch | "
-        "ignis fwd+bwd TFLOP/s | torch fwd+bwd | vs torch | max abs diff |"
+        "ignis bwd | mma.sync bwd | ignis fwd+bwd TFLOP/s | torch fwd+bwd | vs torch | "
+        "max abs diff |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for seq, e, causal in cases():
         print(bench_row(torch, seq, e, causal), flush=True)
         torch.cuda.empty_cache()

@@ -1,8 +1,8 @@
-// attention_sm90.cu - the float16 / bfloat16 attention forward on Hopper's warpgroup MMA
-// (wgmma, sm_90a). Same arguments, layout, masking and results (up to float32 summation order)
-// as flash_fwd_tc_m32 in attention.cu, whose helpers it includes; built on its own because
-// wgmma needs the architecture-specific target sm_90a, which runs on compute capability 9.0
-// only.
+// attention_sm90.cu - float16 / bfloat16 attention forward and fused backward on Hopper's
+// warpgroup MMA (wgmma, sm_90a). Same arguments, layout, masking and results (up to float32
+// summation order) as flash_fwd_tc_m32 and flash_bwd_fused_tc in attention.cu, whose helpers it
+// includes; built on its own because wgmma needs the architecture-specific target sm_90a, which
+// runs on compute capability 9.0 only.
 //
 //   flash_fwd_wgmma<T, D, CAUSAL, GROUPS, BN>
 //                                    D = 64 or 128; 64 queries per warpgroup, GROUPS
@@ -14,6 +14,10 @@
 //                                    from registers (the score accumulator turned into A
 //                                    fragments) and V transposed (MN-major). Online softmax in
 //                                    registers, overlapping the previous tile's P V.
+//   flash_bwd_fused_wgmma<T, D, CAUSAL, BM>
+//                                    D = 64 or 128; 128 keys per block of two warpgroups,
+//                                    BM-query tiles; dK, dV and dQ by atomics (see the
+//                                    kernel's comment).
 #include "attention.cu"
 #include "wgmma.cuh"
 
@@ -57,9 +61,17 @@ IGNIS_DEV void wgmma_abt(float* acc, unsigned a_addr, unsigned b_addr) {
     const uint64 da = wg::desc_kmajor(a_addr + (kk >> 2) * (RA * 128) + (kk & 3) * 32);
     const uint64 db = wg::desc_kmajor(b_addr + (kk >> 2) * (RB * 128) + (kk & 3) * 32);
     if constexpr (N == 128) {
-      wg::wgmma_ss_n128<0, 0>(acc, da, db, kk > 0, T{});
+      if (kk == 0) {
+        wg::wgmma_ss_n128_zero<0, 0>(acc, da, db, T{});
+      } else {
+        wg::wgmma_ss_n128<0, 0>(acc, da, db, 1, T{});
+      }
     } else {
-      wg::wgmma_ss_n64<0, 0>(acc, da, db, kk > 0, T{});
+      if (kk == 0) {
+        wg::wgmma_ss_n64_zero<0, 0>(acc, da, db, T{});
+      } else {
+        wg::wgmma_ss_n64<0, 0>(acc, da, db, 1, T{});
+      }
     }
   }
 }
@@ -154,7 +166,6 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   float o[D / 8][4], s[NT][4];
   uint32 pa[BN / 16][4];
   zero(o);
-  zero(s);
   float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.f, 0.f}, alpha[2];
 
   T* ob = out + head_offset(lay.o, bh, lay.heads);
@@ -168,7 +179,6 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   tc::cp_async_wait<0>();
   wg::fence_proxy_async();  // this thread's copies and zero stores, visible to wgmma
   __syncthreads();
-  wg::fence_operands<BN / 2>(&s[0][0]);
   wg::wgmma_fence();
   wgmma_abt<T, BN, D, BM, BN>(&s[0][0], qg_addr, k_addr);
   wg::wgmma_commit();
@@ -185,7 +195,6 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
     tc::cp_async_wait<0>();
     wg::fence_proxy_async();
     __syncthreads();
-    wg::fence_operands<BN / 2>(&s[0][0]);
     wg::fence_operands<D / 2>(&o[0][0]);
     wg::fence_operands<BN / 4>(&pa[0][0]);
     wg::wgmma_fence();
@@ -231,6 +240,184 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   wg::wgmma_wait<0>();
   wg::fence_operands<D / 2>(&o[0][0]);
   finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fused backward (as flash_bwd_fused_tc: dK, dV and the unscaled float32 dQ sums in dq_acc,
+// zero-filled first). 128 keys per block of two warpgroups (64 each), walking the BM-query tiles
+// that see them (Q, dO, lse and D double-buffered, copied by cp.async while the previous tile is
+// used). Per tile, each group:
+//   S^T = K Q^T and dP^T = V dO^T (both operands in shared memory, K-major);
+//   P^T = 2^(S^T scale log2(e) - lse log2(e)), dS^T = P^T (dP^T - D), in registers;
+//   dV += P^T dO and dK += dS^T Q (P^T, dS^T as A fragments; dO, Q read MN-major);
+//   dS^T also into shared memory, and after a barrier dQ(BM x D/2, the group's half of the
+//   columns) = dS K (dS read MN-major from the dS^T tile, K MN-major), added to dq_acc by
+//   paired float32 reductions.
+template <class T, int D, bool CAUSAL, int BM>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_fused_wgmma(const T* __restrict__ q, const T* __restrict__ k,
+                          const T* __restrict__ v, const T* __restrict__ dout,
+                          const float* __restrict__ lse, const float* __restrict__ dvec,
+                          T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
+                          int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0,
+                          Layout lay) {
+  static_assert(D == 64 || D == 128, "flash_bwd_fused_wgmma: D is 64 or 128");
+  static_assert(BM == 64, "flash_bwd_fused_wgmma: the dS^T tile rows are 64 queries (128 bytes)");
+  constexpr int BN = 128, THREADS = 256, NT = BM / 8, DH = D / 2;
+  constexpr unsigned KTILE = BN * D * 2, QTILE = BM * D * 2, DSTILE = BN * BM * 2;  // bytes
+  unsigned char* raw = dynamic_smem();
+  const unsigned raw_addr = tc::smem_u32addr(raw);
+  const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
+  require_smem(pad + 2 * KTILE + 4 * QTILE + DSTILE + 4 * BM * 4);
+  unsigned char* ks = raw + pad;
+  unsigned char* vs = ks + KTILE;
+  unsigned char* qd = vs + KTILE;  // buffer b: Q at qd + 2b QTILE, dO at qd + (2b + 1) QTILE
+  unsigned char* dss = qd + 4 * QTILE;  // dS^T (BN keys x BM queries)
+  float* stats = reinterpret_cast<float*>(dss + DSTILE);  // buffer b: lse, D at stats + 2b BM
+  const unsigned k_addr = raw_addr + pad, v_addr = k_addr + KTILE, qd_addr = v_addr + KTILE;
+  const unsigned ds_addr = qd_addr + 4 * QTILE;
+
+  const int group = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int t = lane & 3;
+  const int64 bh = bh0 + blockIdx.y;
+  const int n0 = blockIdx.x * BN;
+  const int wk = 64 * group + 16 * warp;  // this warp's first key, relative to n0
+  const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
+  const bool vec16 = vec != 0;
+  const T* qb = q + head_offset(lay.q, bh, lay.heads);
+  const T* dob = dout + head_offset(lay.dout, bh, lay.heads);
+
+  auto load_queries = [&](int m, int b) {  // the query-side tiles of [m, m + BM) into buffer b
+    load_tile_swizzled<T, BM, D, THREADS>(qd + 2 * b * QTILE, qb, m, L, E, lay.q.st, vec16);
+    load_tile_swizzled<T, BM, D, THREADS>(qd + (2 * b + 1) * QTILE, dob, m, L, E, lay.dout.st,
+                                          vec16);
+    for (int i = threadIdx.x; i < BM; i += THREADS) {
+      const bool in = m + i < L;
+      stats[2 * b * BM + i] = in ? lse[bh * L + m + i] : 0.f;
+      stats[(2 * b + 1) * BM + i] = in ? dvec[bh * L + m + i] : 0.f;
+    }
+  };
+
+  const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;  // first query seeing n0
+  load_tile_swizzled<T, BN, D, THREADS>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E,
+                                        lay.k.st, vec16);
+  load_tile_swizzled<T, BN, D, THREADS>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E,
+                                        lay.v.st, vec16);
+  if (m_begin < L) load_queries(m_begin, 0);
+  tc::cp_async_commit();
+
+  float dka[D / 8][4], dva[D / 8][4], s[NT][4], dp[NT][4], dqa[DH / 8][4];
+  zero(dka);
+  zero(dva);
+  uint32 pa[BM / 16][4], dsa[BM / 16][4];
+  const bool pairs = E % 2 == 0 && (unsigned long long)dq_acc % 8 == 0;
+  const unsigned kg_addr = k_addr + 64 * group * 128, vg_addr = v_addr + 64 * group * 128;
+  // B of this group's dQ columns: panel (group * DH) / 64, then (group * DH) % 64 columns in.
+  const unsigned kcol_addr = k_addr + (group * DH / 64) * KTILE / (D / 64) + (group * DH % 64) * 2;
+
+  int buf = 0;
+  for (int m0 = m_begin; m0 < L; m0 += BM, buf ^= 1) {
+    tc::cp_async_wait<0>();
+    wg::fence_proxy_async();
+    __syncthreads();
+    const unsigned q_addr = qd_addr + 2 * buf * QTILE, do_addr = q_addr + QTILE;
+    const float* lse_s = stats + 2 * buf * BM;
+    const float* d_s = lse_s + BM;
+
+    wg::wgmma_fence();
+    wgmma_abt<T, BM, D, BN, BM>(&s[0][0], kg_addr, q_addr);
+    wgmma_abt<T, BM, D, BN, BM>(&dp[0][0], vg_addr, do_addr);
+    wg::wgmma_commit();
+    if (m0 + BM < L) load_queries(m0 + BM, buf ^ 1);  // issued after the products start
+    tc::cp_async_commit();
+    wg::wgmma_wait<0>();
+    wg::fence_operands<BM / 2>(&s[0][0]);
+    wg::fence_operands<BM / 2>(&dp[0][0]);
+
+    // Block-uniform: does any (query, key) pair of this tile need the visibility test?
+    const bool masked = m0 + BM > L || n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int il = nt * 8 + 2 * t + (c & 1);  // query, relative to m0
+        const float p = (!masked || visible<CAUSAL>(m0 + il, key[c >> 1], L, S))
+                            ? exp2_fast(s[nt][c] * scale_log2 - lse_s[il] * log2e())
+                            : 0.f;
+        s[nt][c] = p;
+        dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+      }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned off = wg::swizzle_offset<BN>(wk + (lane >> 2) + 8 * h, nt * 8 + 2 * t);
+        *reinterpret_cast<uint32*>(dss + off) = tc::pack_pair<T>(dp[nt][2 * h], dp[nt][2 * h + 1]);
+      }
+    pack_p<T, NT>(pa, s);
+    pack_p<T, NT>(dsa, dp);
+
+    wg::fence_operands<D / 2>(&dva[0][0]);
+    wg::fence_operands<D / 2>(&dka[0][0]);
+    wg::fence_operands<BM / 4>(&pa[0][0]);
+    wg::fence_operands<BM / 4>(&dsa[0][0]);
+    wg::wgmma_fence();
+    wgmma_py<T, D, BM>(&dva[0][0], pa, do_addr);
+    wgmma_py<T, D, BM>(&dka[0][0], dsa, q_addr);
+    wg::wgmma_commit();
+
+    wg::fence_proxy_async();  // this thread's dS^T stores, visible to wgmma
+    __syncthreads();  // the whole dS^T tile is written
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const uint64 da = wg::desc_mnmajor(ds_addr + kk * 16 * 128, DSTILE);
+      const uint64 db = wg::desc_mnmajor(kcol_addr + kk * 16 * 128, KTILE / (D / 64));
+      if constexpr (DH == 64) {
+        if (kk == 0) {
+          wg::wgmma_ss_n64_zero<1, 1>(&dqa[0][0], da, db, T{});
+        } else {
+          wg::wgmma_ss_n64<1, 1>(&dqa[0][0], da, db, 1, T{});
+        }
+      } else {
+        if (kk == 0) {
+          wg::wgmma_ss_n32_zero<1, 1>(&dqa[0][0], da, db, T{});
+        } else {
+          wg::wgmma_ss_n32<1, 1>(&dqa[0][0], da, db, 1, T{});
+        }
+      }
+    }
+    wg::wgmma_commit();
+    wg::wgmma_wait<0>();
+    wg::fence_operands<D / 2>(&dva[0][0]);
+    wg::fence_operands<D / 2>(&dka[0][0]);
+    wg::fence_operands<BM / 4>(&pa[0][0]);
+    wg::fence_operands<BM / 4>(&dsa[0][0]);
+    wg::fence_operands<DH / 2>(&dqa[0][0]);
+
+    // dQ rows of this warp: queries m0 + 16 warp + g (+ 8), columns group * DH + 8 nt + 2t.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + 16 * warp + (lane >> 2) + 8 * h;
+      if (i >= L) continue;
+      float* dst = dq_acc + (bh * L + i) * E;
+#pragma unroll
+      for (int nt = 0; nt < DH / 8; ++nt) {
+        const int col = group * DH + nt * 8 + 2 * t;
+        if (pairs) {  // (E even: col < E implies col + 1 < E)
+          if (col < E) atomic_add2(dst + col, dqa[nt][2 * h], dqa[nt][2 * h + 1]);
+        } else {
+          if (col < E) atomicAdd(dst + col, dqa[nt][2 * h]);
+          if (col + 1 < E) atomicAdd(dst + col + 1, dqa[nt][2 * h + 1]);
+        }
+      }
+    }
+  }
+  tc::cp_async_wait<0>();  // the K and V copies when no query sees these keys
+  store_acc<T, D>(dk + head_offset(lay.dk, bh, lay.heads), dka, n0 + wk, S, E, lay.dk.st, scale,
+                  scale);
+  store_acc<T, D>(dv + head_offset(lay.dv, bh, lay.heads), dva, n0 + wk, S, E, lay.dv.st, 1.f,
+                  1.f);
 }
 
 }  // namespace attn

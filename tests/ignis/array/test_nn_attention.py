@@ -809,6 +809,7 @@ def test_backward_tile_variants_launch_over_a_fake_driver(
     # buffers each; the fused pass's dS tile (32 or 64 x 136).
     monkeypatch.setattr(cuda_attention, "BWD_TILES", variant)
     monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", fused)
+    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)  # (the stand-in is an H200)
     b, h, n_q, n_k = 2, 3, 100, 300
     q = ignis.empty((b, h, n_q, e), dtype="bfloat16", device="cuda:0")
     k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")

@@ -1,6 +1,7 @@
-"""The Hopper forward of float16 / bfloat16 attention (``flash_fwd_wgmma`` in
-cuda_src/attention_sm90.cu, warpgroup MMA, built for sm_90a): when it runs, how it is launched,
-that it builds within its registers, and on an H200 that it gives the reference's results."""
+"""The Hopper kernels of float16 / bfloat16 attention (``flash_fwd_wgmma`` and
+``flash_bwd_fused_wgmma`` in cuda_src/attention_sm90.cu, warpgroup MMA, built for sm_90a): when
+they run, how they are launched, that they build within their registers, and on an H200 that
+they give the reference's results."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ import ignis
 from ignis import _sources
 
 CTYPE = {"bfloat16": "ignis::bfloat16", "float16": "ignis::float16"}
+# Bytes of spill stores a Hopper kernel may have: the forward with three warpgroups at head dim
+# 64 spills 56-100 and is still the fastest; the backward at head dim 128 spills 224-236 (dK and
+# dV alone take 128 registers) and is still 1.4-1.5x the mma.sync one. A tile that no longer
+# fits spills several hundred (three forward warpgroups at head dim 128: 420).
+SPILL_LIMIT = {"fwd": 128, "bwd": 256}
 
 
 def wgmma_name(dtype: str, d: int, causal: bool) -> str:
@@ -61,6 +67,42 @@ def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, mon
     ]
 
 
+@pytest.mark.parametrize("e,d", [(64, 64), (128, 128), (100, 128)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypatch):  # noqa: F811
+    b, h, n_q, n_k = 2, 3, 100, 300
+    q = ignis.empty((b, h, n_q, e), dtype="bfloat16", device="cuda:0")
+    k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")
+    lse = ignis.empty((b, h, n_q), dtype="float32", device="cuda:0")
+    fake.launches.clear()
+    ignis.nn.attention_backward(q, q, k, k, q, lse, causal=causal, scale=0.5)
+    names = [n for n, *_ in fake.launches]
+    c = "true" if causal else "false"
+    name = f"ignis::attn::flash_bwd_fused_wgmma<ignis::bfloat16, {d}, {c}, 64>"
+    assert [n.split("<")[0] for n in names] == [
+        "ignis::attn::attn_row_dot",
+        "ignis::attn::flash_bwd_fused_wgmma",
+        "ignis::attn::attn_dq_finish",
+    ]
+    ((_, grid, block, _, args),) = [x for x in fake.launches if x[0] == name]
+    assert grid == (3, b * h, 1) and block == (256, 1, 1)  # 300 keys: 3 blocks of 128
+    # K and V (128 keys), Q and dO (64 queries) two buffers each, dS^T (128 x 64), 16-bit;
+    # lse and D rows two buffers each, float32; 1 KiB of alignment
+    smem = 1024 + (2 * 128 * d + 4 * 64 * d + 128 * 64) * 2 + 4 * 64 * 4
+    assert cuda_attention.wgmma_bwd_smem(d) == smem and smem <= 227 * 1024
+    assert (name, smem) in fake.optin
+    # The same arguments as the mma.sync fused backward's (the scratch D rows and dQ sums, and
+    # dk and dv, are new each call).
+    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)
+    fake.launches.clear()
+    ignis.nn.attention_backward(q, q, k, k, q, lse, causal=causal, scale=0.5)
+    ((other_args),) = [a for n, _, _, _, a in fake.launches if "flash_bwd_fused_tc" in n]
+    fresh = (5, 6, 7, 8)
+    assert [a for i, a in enumerate(other_args) if i not in fresh] == [
+        a for i, a in enumerate(args) if i not in fresh
+    ]
+
+
 def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
     def forward_name(e, dtype="bfloat16"):
         q = ignis.empty((1, 2, 50, e), dtype=dtype, device="cuda:0")
@@ -83,11 +125,14 @@ def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
 
 
 def all_wgmma_names() -> list[str]:
+    """The Hopper forward and backward of every (dtype, head dim, causal)."""
     return [
-        wgmma_name(dtype, d, causal)
+        name
         for dtype in CTYPE
         for d in cuda_attention.WGMMA_TILES
         for causal in (False, True)
+        for key, name in cuda_attention.kernel_names(dtype, d, causal).items()
+        if key in ("fwd_wgmma", "bwd_fused_wgmma")
     ]
 
 
@@ -105,7 +150,11 @@ def test_every_hopper_forward_compiles_for_sm90a():
     assert set(obj.lowered_names) == set(names) and obj.log == ""
     for name in names:  # the launch packs the same arguments as the mma.sync forward's
         *plain, last = parse_kernel_params(source, name)
-        assert [p.kind for p in plain] == ["pointer"] * 5 + ["int"] * 3 + ["float", "int", "int"]
+        if "fwd" in name:
+            kinds = ["pointer"] * 5 + ["int"] * 3 + ["float", "int", "int"]
+        else:
+            kinds = ["pointer"] * 9 + ["int"] * 3 + ["float", "float", "int", "int"]
+        assert [p.kind for p in plain] == kinds, name
         # Layout is declared in the included attention.cu, which the signature reader does not
         # follow: "unknown" then, packed like a struct (its bytes, at the driver's size).
         assert last.kind in ("struct", "unknown"), (name, last)
@@ -113,10 +162,9 @@ def test_every_hopper_forward_compiles_for_sm90a():
 
 
 @pytest.mark.slow  # about 10 s of NVRTC
-def test_hopper_forwards_fit_their_registers():
-    # One block per SM of 128 * groups threads: 65536 / threads registers each at most, and at
-    # most a few spilled words (three warpgroups at head dim 64 spill 56-100 bytes and are still
-    # the fastest; three at 128 spill over 300).
+def test_hopper_kernels_fit_their_registers():
+    # One block per SM of 128 * groups threads: 65536 / threads registers each at most, and few
+    # spilled words (SPILL_LIMIT).
     names = all_wgmma_names()
     obj = ignis.compile(
         _sources.read_source(cuda_attention.SOURCE_SM90),
@@ -133,8 +181,10 @@ def test_hopper_forwards_fit_their_registers():
     report = {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
     assert set(report) == set(names)
     for name, (regs, spills) in report.items():
-        groups = int(name.split(", ")[3])
-        assert regs <= min(255, 65536 // (128 * groups)) and spills <= 128, (name, regs, spills)
+        kind = "fwd" if "fwd" in name else "bwd"
+        groups = int(name.split(", ")[3]) if kind == "fwd" else 2  # (the backward: 2 groups)
+        assert regs <= min(255, 65536 // (128 * groups)), (name, regs)
+        assert spills <= SPILL_LIMIT[kind], (name, spills)
 
 
 # --- on the GPU ----------------------------------------------------------------------------------
@@ -191,11 +241,46 @@ def test_hopper_forward_matches_reference(dtype, causal, shape, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_hopper_backward_matches_reference(dtype, causal, shape, monkeypatch):
+    _needs_hopper()
+    b, h, n_q, n_k, e = shape
+    rng = np.random.default_rng(n_q * 1000 + n_k + e + 1)
+    qh, q = make(rng, (b, h, n_q, e), dtype, "cuda:0")
+    kh, k = make(rng, (b, h, n_k, e), dtype, "cuda:0")
+    vh, v = make(rng, (b, h, n_k, e), dtype, "cuda:0")
+    gh, g = make(rng, (b, h, n_q, e), dtype, "cuda:0")
+    launched = []
+    real_launch = cuda_attention._launch
+
+    def spy(backend, name, *args, **kwargs):
+        launched.append(name.split("<")[0])
+        return real_launch(backend, name, *args, **kwargs)
+
+    monkeypatch.setattr(cuda_attention, "_launch", spy)
+    out, lse = ignis.nn.attention(q, k, v, causal=causal)
+    grads = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+    assert "ignis::attn::flash_bwd_fused_wgmma" in launched
+    _, _, want = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e), grad=gh)
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, want, strict=True):
+        assert_close(host(got), ref, dtype, name)
+    # The mma.sync backward agrees up to the order of dQ's float32 atomics and one rounding.
+    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)
+    other = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
+    assert launched[-2] == "ignis::attn::flash_bwd_fused_tc"
+    for name, got, ref in zip(("dq", "dk", "dv"), other, grads, strict=True):
+        assert_close(host(got), host(ref), dtype, f"{name} of the two backwards")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("e", [64, 128])
-def test_hopper_forward_on_packed_and_unaligned_views(e):
+def test_hopper_kernels_on_packed_and_unaligned_views(e):
     _needs_hopper()
     # Heads read in place from a packed (B, T, 3, H, E) projection, and an odd offset that
-    # turns the 16-byte copies off; the output written into a merged (B, T, H, E) buffer.
+    # turns the 16-byte copies off; the output written into a merged (B, T, H, E) buffer and
+    # the gradients into the q, k, v slots of one packed buffer.
     b, n, h, dtype = 2, 193, 3, "bfloat16"
     rng = np.random.default_rng(e)
     packed, qkv = make(rng, (b, n, 3 * h * e + 8), dtype, "cuda:0")  # rows 16-byte aligned
@@ -204,8 +289,16 @@ def test_hopper_forward_on_packed_and_unaligned_views(e):
         q, k, v = (heads[:, :, i].permute(0, 2, 1, 3) for i in range(3))
         merged = ignis.empty((b, n, h, e), dtype=dtype, device="cuda:0")
         out, lse = ignis.nn.attention(q, k, v, causal=True, out=merged.permute(0, 2, 1, 3))
+        grad = ignis.empty((b, n, 3, h, e), dtype=dtype, device="cuda:0")
+        dq, dk, dv = (grad[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+        ignis.nn.attention_backward(out, q, k, v, out, lse, causal=True, dq=dq, dk=dk, dv=dv)
         ph = packed[:, :, offset : offset + 3 * h * e].reshape(b, n, 3, h, e)
         qh, kh, vh = (ph[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
         want_out, want_lse, _ = ref_attention(qh, kh, vh, True, 1 / math.sqrt(e))
         assert_close(host(merged).transpose(0, 2, 1, 3), want_out, dtype, f"out, offset {offset}")
         assert_close(host(lse), want_lse, "float32", f"lse, offset {offset}")
+        gout = host(out)  # the rounded output is the gradient seed
+        _, _, want = ref_attention(qh, kh, vh, True, 1 / math.sqrt(e), grad=gout)
+        got = host(grad)
+        for i, name in enumerate(("dq", "dk", "dv")):
+            assert_close(got[:, :, i].transpose(0, 2, 1, 3), want[i], dtype, f"{name}, {offset}")

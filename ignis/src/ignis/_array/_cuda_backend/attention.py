@@ -10,11 +10,12 @@ bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each 
 for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The tensor-core forward
 gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing every K and V
 fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. On a
-Hopper GPU (compute capability 9.0) at padded head dims 64 and 128 the forward is instead
-``flash_fwd_wgmma`` (``attention_sm90.cu``, warpgroup MMA, :data:`FWD_WGMMA`). The
-backward pass starts with ``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the
-tensor-core backward is then one pass over key blocks that writes dK and dV and adds dQ into a
-zero-filled float32 buffer with atomics (five matrix products per tile pair instead of seven),
+Hopper GPU (compute capability 9.0) at padded head dims 64 and 128 the forward and the fused
+backward are instead ``flash_fwd_wgmma`` and ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
+warpgroup MMA, :data:`FWD_WGMMA`, :data:`BWD_WGMMA`). The backward pass starts with
+``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the tensor-core backward is
+then one pass over key blocks that writes dK and dV and adds dQ into a zero-filled float32
+buffer with atomics (five matrix products per tile pair instead of seven),
 and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
 atomics. Without it, dK/dV per key block and dQ per query block are two passes
 (deterministic). Both take the dK/dV tiles (keys per block, queries per tile, warps) of the
@@ -79,11 +80,17 @@ FWD_ROWS_PER_WARP = 32
 #: give the same results up to float32 summation order.
 FWD_WGMMA = True
 SOURCE_SM90 = "attention_sm90.cu"
-_WGMMA_PREFIX = "ignis::attn::flash_fwd_wgmma"
 #: Tiles of ``flash_fwd_wgmma`` by padded head dim: (warpgroups per block, 64 queries each;
 #: keys per tile). The fastest on an H200: three warpgroups at head dim 64 (up to 1.16x two),
 #: two at 128 (three would spill).
 WGMMA_TILES = {64: (3, 128), 128: (2, 128)}
+#: float16 / bfloat16 fused backward (:data:`BWD_FUSED_DQ`) on a GPU of compute capability 9.0 at
+#: padded head dims 64 and 128: True runs ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
+#: warpgroup MMA; 128 keys per block of two warpgroups, 64-query tiles), False the
+#: ``mma.sync`` kernel of :data:`BWD_TILES`. They differ in speed and in the order of dQ's
+#: float32 atomics only.
+BWD_WGMMA = True
+_WG_BWD_KEYS, _WG_BWD_QUERIES = 128, 64
 #: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
 #: deterministic dK/dV + dQ passes.
 BWD_FUSED_DQ = True
@@ -274,7 +281,10 @@ def kernel_names(
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
         if d in WGMMA_TILES:
             groups, keys = WGMMA_TILES[d]
-            extra["fwd_wgmma"] = f"{_WGMMA_PREFIX}<{t}, {d}, {c}, {groups}, {keys}>"
+            extra["fwd_wgmma"] = f"ignis::attn::flash_fwd_wgmma<{t}, {d}, {c}, {groups}, {keys}>"
+            extra["bwd_fused_wgmma"] = (
+                f"ignis::attn::flash_bwd_fused_wgmma<{t}, {d}, {c}, {_WG_BWD_QUERIES}>"
+            )
     else:
         tiled = tiled_kernel_names(dtype, e, causal)
         old = {"fwd": fwd, "dkdv": dkdv, "dq": dq}
@@ -338,7 +348,7 @@ def _check_heads(bh: int) -> None:
 
 
 def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], smem: int = 0) -> None:
-    if name.startswith(_WGMMA_PREFIX):  # wgmma needs the architecture-specific build
+    if "_wgmma<" in name:  # wgmma needs the architecture-specific build
         kernel = library_kernel(SOURCE_SM90, name, backend.gpu, arch="sm_90a")
     else:
         kernel = library_kernel(SOURCE, name, backend.gpu)
@@ -349,12 +359,28 @@ def uses_wgmma_forward(dtype: str, e: int, device: Any) -> bool:
     """Whether the forward of (dtype, head dim ``e``) on ``device`` runs ``flash_fwd_wgmma``:
     float16 / bfloat16, padded head dim 64 or 128, compute capability 9.0 and
     :data:`FWD_WGMMA`."""
+    return FWD_WGMMA and _hopper_case(dtype, e, device)
+
+
+def _hopper_case(dtype: str, e: int, device: Any) -> bool:
+    """float16 / bfloat16 at padded head dim 64 or 128 on compute capability 9.0."""
     return (
-        FWD_WGMMA
-        and dtype in _TC
-        and padded_head_dim(e) in WGMMA_TILES
-        and device.compute_capability == (9, 0)
+        dtype in _TC and padded_head_dim(e) in WGMMA_TILES and device.compute_capability == (9, 0)
     )
+
+
+def uses_wgmma_backward(dtype: str, e: int, device: Any) -> bool:
+    """Whether the fused backward of (dtype, head dim ``e``) on ``device`` runs
+    ``flash_bwd_fused_wgmma`` (:data:`BWD_WGMMA`; the cases of :func:`uses_wgmma_forward`)."""
+    return BWD_WGMMA and _hopper_case(dtype, e, device)
+
+
+def wgmma_bwd_smem(d: int) -> int:
+    """Dynamic shared memory (bytes) of ``flash_bwd_fused_wgmma`` at padded head dim ``d``: the
+    K and V tiles, Q and dO tiles and the float32 lse and D rows two buffers each, the dS^T tile,
+    plus 1024 bytes to align the swizzled tiles."""
+    n, m = _WG_BWD_KEYS, _WG_BWD_QUERIES
+    return 1024 + (2 * n * d + 4 * m * d + n * m) * 2 + 4 * m * 4
 
 
 def wgmma_fwd_smem(d: int) -> int:
@@ -592,13 +618,16 @@ def _backward_fused(
     dq_acc = _temp(backend, (n,), dt.float32)
     backend.fill(dq_acc, 0.0)
     vec = _vec(e, q, k, v, grad_out)
+    name, keys, threads = names["bwd_fused"], tiles.keys, tiles.threads
     smem = dkdv_smem(tiles, d, fused=True)
+    if uses_wgmma_backward(q.dtype.name, e, backend.gpu):
+        name, keys, threads = names["bwd_fused_wgmma"], _WG_BWD_KEYS, 256
+        smem = wgmma_bwd_smem(d)
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     for bh0, count in _bh_chunks(bh):
         args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
-        grid = (_ceil(n_k, tiles.keys), count)
-        _launch(backend, names["bwd_fused"], grid, tiles.threads, args, smem)
+        _launch(backend, name, (_ceil(n_k, keys), count), threads, args, smem)
     _finish_dq(backend, names, dq_acc, dq, bh * n_q, n_q, e, scale, lay)
 
 
