@@ -7,8 +7,8 @@ batch * seq = 16384 tokens and 2048 / head_dim heads. FLOPs follow PyTorch's con
 Times are medians of CUDA-event-timed rounds after a warm-up (helpers of reduction.py);
 ``vs torch`` is ignis's TFLOP/s over PyTorch's; "ignis bwd" is ``attention_backward`` alone;
 "mma.sync fwd" / "mma.sync bwd" are the same with ``FWD_WGMMA = BWD_WGMMA = False`` where the
-Hopper kernels are the default (compute capability 9.0, head dims 64 and 128). The last column is the largest absolute
-difference between the two forward outputs.
+Hopper kernels are the default (compute capability 9.0, head dims 64 and 128). The last column
+is the largest absolute difference between the two forward outputs.
 
 A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
 PyTorch's float32 SDPA (memory-efficient attention) for a GPT step (64x6x256x64 causal) and two
