@@ -1,8 +1,8 @@
 // attention_sm90.cu - float16 / bfloat16 attention forward and fused backward on Hopper's
 // warpgroup MMA (wgmma, sm_90a). Same arguments, layout, masking and results (up to float32
-// summation order) as flash_fwd_tc_m32 and flash_bwd_fused_tc in attention.cu, whose helpers it
-// includes; built on its own because wgmma needs the architecture-specific target sm_90a, which
-// runs on compute capability 9.0 only.
+// summation order) as flash_fwd_tc_m32 and flash_bwd_fused_tc in attention.cu, with the same
+// building blocks (attention.cuh); built on its own because wgmma needs the
+// architecture-specific target sm_90a, which runs on compute capability 9.0 only.
 //
 //   flash_fwd_wgmma<T, D, CAUSAL, GROUPS, BN>
 //                                    D = 64 or 128; 64 queries per warpgroup, GROUPS
@@ -18,7 +18,7 @@
 //                                    D = 64 or 128; 128 keys per block of two warpgroups,
 //                                    BM-query tiles; dK, dV and dQ by atomics (see the
 //                                    kernel's comment).
-#include "attention.cu"
+#include "attention.cuh"
 #include "wgmma.cuh"
 
 namespace ignis {

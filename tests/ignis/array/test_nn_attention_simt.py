@@ -18,6 +18,7 @@ from test_nn_attention import (
     OPERANDS_CPP,
     _heads,
     _i32,
+    _inject,
     _packed,
     _u64,
     assert_known_param_types,
@@ -467,9 +468,7 @@ def test_a_faulty_tiled_kernel_is_caught(tmp_path, fault):
     src = tmp_path / "cuda_src"
     shutil.copytree(_sources.cuda_src_dir(), src)
     old, new = FAULTS[fault]
-    text = (src / "attention.cu").read_text()
-    assert old in text
-    (src / "attention.cu").write_text(text.replace(old, new))
+    _inject(src, old, new, fault, once=False)
     builder = tc_emulator.Builder(tmp_path, "attn_tiled", _EMU_PART, cuda_src=src)
     exe = _build_tiled(builder, "float32", 64, 1)
     with pytest.raises(AssertionError, match=r"max error|pattern differs"):
