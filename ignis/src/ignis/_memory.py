@@ -30,7 +30,6 @@ import sys
 import threading
 import weakref
 from dataclasses import dataclass
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -101,17 +100,22 @@ def _fold(ordinal: int) -> _Stats:
         # Only the lock holder removes events, and only from the front; others only append. So
         # the first n events stay put between the copy and the delete (each one atomic).
         n = len(log)
-        events = log[:n]
+        # In NumPy (int64: byte counts of a device are far from overflowing it): a log of
+        # thousands of events folds in a third of the time of the built-ins, and every array
+        # op pays its share of the folds (two events).
+        events = np.fromiter(log, np.int64, n)
         del log[:n]
-        grown = list(filter((0).__lt__, events))  # the allocations
-        peak = max(accumulate(events, initial=s.current_bytes))
+        grown = events > 0  # the allocations
+        allocations = int(np.count_nonzero(grown))
+        running = np.cumsum(events)
+        peak = s.current_bytes + max(int(running.max()), 0)
         if peak > s.peak_bytes:
             s.peak_bytes = peak
-        s.current_bytes += sum(events)
-        s.allocation_count += len(grown)
-        s.deallocation_count += n - len(grown)
-        s.active_allocations += 2 * len(grown) - n
-        s.allocated_bytes_total += sum(grown)
+        s.current_bytes += int(running[-1])
+        s.allocation_count += allocations
+        s.deallocation_count += n - allocations
+        s.active_allocations += 2 * allocations - n
+        s.allocated_bytes_total += int(events.sum(where=grown))
     return s
 
 
@@ -127,8 +131,8 @@ def _fold_soon(ordinal: int) -> None:
 
 
 def _record_free(ordinal: int, nbytes: int) -> None:
-    # (Allocations are recorded inline in MemoryResource.allocate, and fold a long log; frees
-    # never fold: there are no more of them than allocations.)
+    # (Allocations are recorded in _recorded_buffer, and fold a long log; frees never fold:
+    # there are no more of them than allocations.)
     log = _logs.get(ordinal)
     if log is None:
         log = _log(ordinal)
@@ -164,13 +168,10 @@ def reset_peak_memory_stats(device: int | Device | None = None) -> None:
 
 
 class MemoryResource:
-    """Allocates and frees device memory for one device. Subclasses implement the two hooks."""
+    """Allocates and frees device memory for one device. Subclasses implement the two hooks
+    ``_alloc`` and ``_free``."""
 
     device: Device
-
-    def _keep(self, ptr: int, nbytes: int, stream: Stream) -> bool:
-        """Hook: keep a freed block for reuse instead of freeing it (True); default never."""
-        return False
 
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
         """Allocate ``nbytes`` bytes (256-byte aligned) and return the owning :class:`Buffer`.
@@ -207,6 +208,24 @@ class MemoryResource:
 
     def _free(self, ptr: int, stream: Stream) -> None:
         raise NotImplementedError
+
+    def _release(self, ptr: int, nbytes: int, stream: Stream) -> None:
+        """Free the block of a closed :class:`Buffer` (stream-ordered on ``stream``, where it
+        was allocated) and count the free in the statistics, even when freeing fails. A
+        resource that keeps freed blocks for reuse overrides it (AsyncMemoryResource)."""
+        device = self.device
+        try:
+            if getattr(_device_tls, "active", None) is not device:
+                activate(device)
+            if stream.closed:
+                # The buffer outlived its stream: a free queued on a destroyed stream is
+                # undefined (it crashed the process). Wait for all queued work instead (the
+                # destroyed stream's included), then free on the default stream.
+                cu.cuCtxSynchronize()
+                stream = default_stream(device)
+            self._free(ptr, stream)
+        finally:
+            _record_free(device.ordinal, nbytes)
 
 
 # Bytes of freed blocks an AsyncMemoryResource keeps for reuse by default (see the class).
@@ -255,7 +274,7 @@ class AsyncMemoryResource(MemoryResource):
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
         # A block from the cache needs neither the driver nor the device's context: this is the
         # path of most array results, so it skips the general checks (which it has passed).
-        if stream is not None and type(nbytes) is int and getattr(stream, "_legacy", False):
+        if type(nbytes) is int and getattr(stream, "_legacy", False):  # (None: no _legacy)
             device = self.device
             blocks = self._cache.get(nbytes)
             if blocks and stream.device is device:
@@ -265,7 +284,20 @@ class AsyncMemoryResource(MemoryResource):
                     pass
                 else:
                     self._cached_bytes -= nbytes
-                    return _recorded_buffer(self, ptr, nbytes, device, stream)
+                    # _recorded_buffer, inline (its twin): most array results come from here.
+                    log = _logs.get(device.ordinal)
+                    if log is None:
+                        log = _log(device.ordinal)
+                    log.append(nbytes)
+                    if len(log) > _FOLD_AT:
+                        _fold_soon(device.ordinal)
+                    buf = _new_object(Buffer)
+                    buf.ptr = ptr
+                    buf.nbytes = nbytes
+                    buf.device = device
+                    buf.stream = stream
+                    buf._resource = self
+                    return buf
         return MemoryResource.allocate(self, nbytes, stream)
 
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
@@ -290,18 +322,22 @@ class AsyncMemoryResource(MemoryResource):
     def _free(self, ptr: int, stream: Stream) -> None:
         check(driver.cuMemFreeAsync(ptr, stream.handle), "cuMemFreeAsync")
 
-    def _keep(self, ptr: int, nbytes: int, stream: Stream) -> bool:
-        """Put a freed block into the cache instead of freeing it (True), if it fits."""
-        if self._cached_bytes + nbytes > self._cache_limit or not getattr(stream, "_legacy", False):
-            return False
-        blocks = self._cache.get(nbytes)
-        if blocks is None:
-            blocks = self._cache.setdefault(nbytes, [])
-        if len(blocks) >= _CACHE_PER_SIZE:
-            return False
-        self._cached_bytes += nbytes
-        blocks.append(ptr)
-        return True
+    def _release(self, ptr: int, nbytes: int, stream: Stream) -> None:
+        """Put a freed block into the cache if it fits, else free it (see the class notes)."""
+        if getattr(stream, "_legacy", False) and self._cached_bytes + nbytes <= self._cache_limit:
+            blocks = self._cache.get(nbytes)
+            if blocks is None:
+                blocks = self._cache.setdefault(nbytes, [])
+            if len(blocks) < _CACHE_PER_SIZE:
+                self._cached_bytes += nbytes
+                blocks.append(ptr)
+                # _record_free, inline (its twin): most array results end here.
+                log = _logs.get(self.device.ordinal)
+                if log is None:
+                    log = _log(self.device.ordinal)
+                log.append(-nbytes)
+                return
+        MemoryResource._release(self, ptr, nbytes, stream)
 
     def release_cached(self) -> None:
         """Free every cached block (stream-ordered on the legacy default stream)."""
@@ -394,30 +430,11 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
 # --- buffers ------------------------------------------------------------------------------------
 
 
-def _free_buffer(resource: MemoryResource, ptr: int, nbytes: int, stream: Stream) -> None:
-    device = resource.device
-    try:
-        if not resource._keep(ptr, nbytes, stream):
-            if getattr(_device_tls, "active", None) is not device:
-                activate(device)
-            if stream.closed:
-                # The buffer outlived its stream: a free queued on a destroyed stream is
-                # undefined (it crashed the process). Wait for all queued work instead (the
-                # destroyed stream's included), then free on the default stream.
-                cu.cuCtxSynchronize()
-                stream = default_stream(device)
-            resource._free(ptr, stream)
-    finally:
-        log = _logs.get(device.ordinal)  # _record_free, inline: every array result comes here
-        if log is None:
-            log = _log(device.ordinal)
-        log.append(-nbytes)
-
-
 def _recorded_buffer(
     resource: MemoryResource, ptr: int, nbytes: int, device: Device, stream: Stream
 ) -> Buffer:
-    """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats)."""
+    """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats).
+    (AsyncMemoryResource.allocate has a copy inline, for blocks from its cache.)"""
     log = _logs.get(device.ordinal)
     if log is None:
         log = _log(device.ordinal)
@@ -483,7 +500,7 @@ class Buffer:
         if resource is not None and resource is not _FREED:
             self._resource = _FREED
             try:
-                _free_buffer(resource, self.ptr, self.nbytes, self.stream)
+                resource._release(self.ptr, self.nbytes, self.stream)
             except BaseException:
                 if not _is_finalizing():  # at exit the driver may already be gone: say nothing
                     raise
@@ -502,7 +519,7 @@ class Buffer:
             else:
                 resource = None
         if resource is not None:
-            _free_buffer(resource, self.ptr, self.nbytes, self.stream)
+            resource._release(self.ptr, self.nbytes, self.stream)
         self.ptr = 0
 
     def record_stream(self, stream: Stream) -> None:

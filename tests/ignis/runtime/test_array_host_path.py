@@ -486,3 +486,77 @@ def test_repeated_dense_ops_allocate_and_launch_in_one_call(gpu, monkeypatch) ->
         inside = base + other
     assert inside.stream is stream and gpu.launches[-1][3] == 0x6300
     assert int(gpu.calls["cuMemAllocAsync"][-1][1]) == 0x6300
+
+
+def test_repeated_full_reductions_allocate_and_launch_in_one_call(gpu, monkeypatch) -> None:
+    # A sum, mean, max or min over every axis of a dense array, once planned as one launch,
+    # goes from the front end's plan to an allocation and the kernel's prepared launch: neither
+    # the general allocation step nor the reduction hook runs, and the driver sees what the
+    # general path gave it.
+    from ignis._array import _creation
+    from ignis._array._cuda_backend import reduction
+
+    general, planned = [], []
+    allocate, reduce = _creation._allocate, reduction.reduce
+    monkeypatch.setattr(
+        _creation, "_allocate", lambda *args: general.append(args[0]) or allocate(*args)
+    )
+    monkeypatch.setattr(reduction, "reduce", lambda *args: planned.append(args[1]) or reduce(*args))
+    base, m = empty(1001), empty((20, 50))
+    i32, flags = empty(300, "int32"), empty((7, 3), "bool")
+    cases = {
+        "sum": lambda: base[:1000].sum(),
+        "mean keepdims": lambda: m.mean(keepdims=True),
+        "max": lambda: m.max(),
+        "min over both axes": lambda: ignis.min(m, axis=(0, 1)),
+        "misaligned": lambda: base[1:].sum(),  # 4 bytes past a 16-byte boundary
+        "int32 sum": lambda: i32.sum(),
+        "bool mean": lambda: flags.mean(),
+    }
+    for label, fn in cases.items():
+        first = _launches_of(gpu, fn)
+        general.clear()
+        planned.clear()
+        again = _launches_of(gpu, fn)
+        assert general == [] and planned == [], label  # the direct function's prepared launch
+        ((name, grid, block, stream, args),) = first
+        ((name2, grid2, block2, stream2, args2),) = again
+        assert (name, grid, block, stream) == (name2, grid2, block2, stream2), label
+        assert args[0] == args2[0] and args[2:] == args2[2:], label  # args[1]: each new result
+    s, k, t = m.sum(), m.mean(keepdims=True), i32.sum()
+    assert (s.shape, s.strides, s.dtype, s.device) == ((), (), m.dtype, "cuda:0")
+    assert (k.shape, k.strides, t.shape, t.dtype) == ((1, 1), (4, 4), (), "int64")
+    assert s.stream is ignis.current_stream(gpu.device)
+    assert u64(_launches_of(gpu, lambda: m.max(keepdims=True))[0][4][0]) == m.data_ptr
+    # Not taken, the hook runs on every call: a strided view, var (two passes), a reduction over
+    # some axes, and a reduction split over blocks (two launches and a temporary).
+    others = {
+        "strided": lambda: m[:, ::2].sum(),
+        "var": lambda: m.var(),
+        "axis": lambda: m.sum(axis=1),
+        "split": lambda: empty(100_000).sum(),
+    }
+    for label, fn in others.items():
+        first = _launches_of(gpu, fn)
+        planned.clear()
+        again = _launches_of(gpu, fn)
+        assert planned, label
+        assert [launch[:4] for launch in first] == [launch[:4] for launch in again], label
+    # A tuning knob changed after the launch was learned: planned again, under the new knob.
+    x = empty(1000)
+    ((name, *_),) = _launches_of(gpu, lambda: x.sum())
+    ((name, *_),) = _launches_of(gpu, lambda: x.sum())
+    assert name.startswith("ignis::reduce_group<")
+    monkeypatch.setattr(reduction, "GROUP_MAX_N", 64)  # 1000 elements: a block reduction
+    planned.clear()
+    ((name, *_),) = _launches_of(gpu, lambda: x.sum())
+    ((name2, *_),) = _launches_of(gpu, lambda: x.sum())
+    assert name.startswith("ignis::reduce_block<") and name2 == name and planned == ["sum"]
+    # Inside a stream block the result and its launch are on that stream.
+    stream = ignis.Stream.from_handle(0x6400, gpu.device)
+    with stream:
+        gpu.launches.clear()
+        inside = x.sum()
+    assert inside.stream is stream and gpu.launches[-1][3] == 0x6400
+    on_cpu = NvArray.from_host(np.arange(6.0, dtype=np.float32), device="cpu")
+    assert on_cpu.sum().item() == 15.0 and on_cpu.sum().item() == 15.0

@@ -40,6 +40,7 @@ from ._device import ArrayDevice, as_device
 
 if TYPE_CHECKING:
     from .._dtypes import DType
+    from ._semantics import Reduction
     from .array import NvArray
 
 __all__ = ["Backend", "get_backend", "register_backend"]
@@ -98,11 +99,11 @@ class Backend(abc.ABC):
     def binary(self, op: str, out: NvArray, a: Operand, b: Operand, compute: DType) -> None:
         """``out = op(a, b)`` for an op in ``_semantics.BINARY_OPS`` (at least one array)."""
 
-    # Optional one-call paths for the front end's remembered element-wise plans: a backend may
-    # return a function that allocates the result and computes it with nothing in between, for
-    # the operands it takes (it returns None for others, and the front end then allocates and
-    # calls unary / binary). The front end asks once per plan and backend, and calls it with
-    # operands of this backend only. The defaults offer none.
+    # Optional one-call paths for the front end's remembered element-wise and reduction plans:
+    # a backend may return a function that allocates the result and computes it with nothing in
+    # between, for the operands it takes (it returns None for others, and the front end then
+    # allocates and calls unary / binary / reduce). The front end asks once per plan and
+    # backend, and calls it with operands of this backend only. The defaults offer none.
 
     def unary_direct(
         self, op: str, compute: DType, dtype: DType, x_dtype: DType, shape: tuple[int, ...],
@@ -121,6 +122,17 @@ class Backend(abc.ABC):
         ``strides`` / ``nbytes``, for array operands of ``dtype`` and ``shape`` and (``form``
         1: ``a``, 2: ``b``; 0: none) a Python scalar of the plan's type; None for operands it
         does not take. None: no such function for this plan."""
+        return None
+
+    def reduce_direct(
+        self, op: str, spec: Reduction, x_dtype: DType, x_shape: tuple[int, ...],
+        keep_strides: tuple[int, ...], strides: tuple[int, ...], nbytes: int,
+    ) -> Callable[[NvArray], NvArray | None] | None:
+        """``direct(x)``: reduction ``op`` (a plan of the front end's ``_reduce``, whose rule
+        gave ``spec``) of ``x`` of ``x_dtype`` and ``x_shape`` into a new array of
+        ``spec.dtype`` and ``spec.shape`` (contiguous ``strides``; ``keep_strides`` of the
+        keepdims shape; ``nbytes``), or None for an ``x`` it does not take; None: no such
+        function for this plan."""
         return None
 
     @abc.abstractmethod

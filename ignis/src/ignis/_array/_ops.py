@@ -222,10 +222,11 @@ def _remember(plans: dict[Any, tuple[Any, ...]], key: Any, plan: tuple[Any, ...]
     plans[key] = plan
 
 
-# The unary and binary plans end with the direct functions their backends offered (see
-# Backend.unary_direct): a dict backend -> function or None, filled at a backend's first use of
-# the plan (None for a binary plan whose operands no direct function takes). Few backends ever
-# meet one plan; past _DIRECT_LIMIT (backends rebuilt again and again) the dict starts over.
+# The unary, binary and reduction plans end with the direct functions their backends offered
+# (see Backend.unary_direct): a dict backend -> function or None, filled at a backend's first
+# use of the plan (None for a binary plan whose operands no direct function takes). Few
+# backends ever meet one plan; past _DIRECT_LIMIT (backends rebuilt again and again) the dict
+# starts over.
 _UNSEEN: Any = object()
 _DIRECT_LIMIT = 8
 
@@ -237,27 +238,33 @@ def _keep_direct(directs: dict[Any, Any], backend: Any, direct: Any) -> None:
 
 
 def _unary_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
-    """``op(x)`` through the direct function of ``plan`` on x's backend (asked for at the first
-    call and kept), or None where there is none or it does not take ``x``."""
+    """The direct function of ``plan`` on x's backend, asked for (at a backend's first use of
+    the plan) and kept; None where there is none. (Found in the plan by :func:`_unary`.)"""
     backend, directs = x._backend, plan[4]
-    direct = directs.get(backend, _UNSEEN)
-    if direct is _UNSEEN:
-        compute, dtype, strides, nbytes, _ = plan
-        direct = backend.unary_direct(op, compute, dtype, x._dtype, x._shape, strides, nbytes)
-        _keep_direct(directs, backend, direct)
-    return None if direct is None else direct(x)
+    compute, dtype, strides, nbytes, _ = plan
+    direct = backend.unary_direct(op, compute, dtype, x._dtype, x._shape, strides, nbytes)
+    _keep_direct(directs, backend, direct)
+    return direct
 
 
-def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any, a: Any, b: Any) -> Any:
-    """``a op b`` through the direct function of ``plan`` on ``backend`` (asked for at the first
-    call and kept), or None where there is none or it does not take these operands."""
-    directs = plan[9]
-    direct = directs.get(backend, _UNSEEN)
-    if direct is _UNSEEN:
-        compute, shape, strides, nbytes, dtype, _, _, _, form, _ = plan
-        direct = backend.binary_direct(op, compute, dtype, form, shape, strides, nbytes)
-        _keep_direct(directs, backend, direct)
-    return None if direct is None else direct(a, b)
+def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any) -> Any:
+    """The direct function of ``plan`` on ``backend``, asked for (at its first use of the plan)
+    and kept; None where there is none. (Found in the plan by :func:`_binary`.)"""
+    compute, shape, strides, nbytes, dtype, _, _, _, form, directs = plan
+    direct = backend.binary_direct(op, compute, dtype, form, shape, strides, nbytes)
+    _keep_direct(directs, backend, direct)
+    return direct
+
+
+def _reduce_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
+    """The direct function of the reduction ``plan`` on x's backend, asked for (at a backend's
+    first use of the plan) and kept; None where there is none. (Found in the plan by
+    :func:`_reduce`.)"""
+    backend = x._backend
+    spec, keep_strides, nbytes, strides, directs = plan
+    direct = backend.reduce_direct(op, spec, x._dtype, x._shape, keep_strides, strides, nbytes)
+    _keep_direct(directs, backend, direct)
+    return direct
 
 
 def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
@@ -270,9 +277,13 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
             plan = (spec.compute, spec.dtype, *layout, {})
             _remember(_unary_plans, key, plan)
         if not params:  # the backend may compute it in one call
-            out = _unary_direct(op, plan, x)
-            if out is not None:
-                return out
+            direct = plan[4].get(x._backend, _UNSEEN)
+            if direct is _UNSEEN:
+                direct = _unary_direct(op, plan, x)
+            if direct is not None:
+                out = direct(x)
+                if out is not None:
+                    return out
         compute, dtype, strides, nbytes, _ = plan
         out = _creation._allocate(x._shape, strides, nbytes, dtype, x._device)
         x._backend.unary(op, out, x, compute, params or {})
@@ -290,61 +301,48 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
     # method, which returns NotImplemented for a foreign operand (see _foreign).
     ca, cb = a.__class__, b.__class__
     if ca is NvArray:
+        x = a  # the array whose backend runs the op
         if cb is NvArray:
-            if a._device is b._device:
-                key = (op, a._dtype.name, b._dtype.name, a._shape, b._shape)
-                plan = _binary_plans.get(key)
-                if plan is not None:
-                    if plan[9] is not None:  # the backend may compute it in one call
-                        out = _binary_direct(op, plan, a._backend, a, b)
-                        if out is not None:
-                            return out
-                    compute, shape, strides, nbytes, dtype, a_view, b_view = plan[:7]
-                    out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
-                    if a_view:
-                        a = _broadcast(a, shape, op)
-                    if b_view:
-                        b = _broadcast(b, shape, op)
-                    a._backend.binary(op, out, a, b, compute)
-                    return out
-                return _binary_slow(op, a, b, key)
+            key = (
+                (op, a._dtype.name, b._dtype.name, a._shape, b._shape)
+                if a._device is b._device
+                else None
+            )
         elif cb in _WEAK:
             key = (op, a._dtype.name, cb, a._shape, None)
-            plan = _binary_plans.get(key)
-            if plan is not None:
-                if plan[9] is not None:  # the backend may compute it in one call
-                    out = _binary_direct(op, plan, a._backend, a, b)
-                    if out is not None:
-                        return out
-                compute, shape, strides, nbytes, dtype, a_view, _, check_int = plan[:8]
-                if check_int:
-                    dt.check_scalar_fits(b, compute, op)
-                out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
-                if a_view:
-                    a = _broadcast(a, shape, op)
-                a._backend.binary(op, out, a, b, compute)
-                return out
-            return _binary_slow(op, a, b, key)
+        else:
+            key = None
     elif cb is NvArray and ca in _WEAK:
+        x = b
         key = (op, ca, b._dtype.name, None, b._shape)
-        plan = _binary_plans.get(key)
-        if plan is not None:
-            if plan[9] is not None:  # the backend may compute it in one call
-                out = _binary_direct(op, plan, b._backend, a, b)
-                if out is not None:
-                    return out
-            compute, shape, strides, nbytes, dtype, _, b_view, check_int = plan[:8]
-            if check_int:
-                dt.check_scalar_fits(a, compute, op)
-            out = _creation._allocate(shape, strides, nbytes, dtype, b._device)
-            if b_view:
-                b = _broadcast(b, shape, op)
-            b._backend.binary(op, out, a, b, compute)
-            return out
+    else:
+        key = None
+    if key is None:  # no plan is kept for these operands: NumPy scalars, two devices, ...
+        if operator and (_foreign(a) or _foreign(b)):
+            return NotImplemented
+        return _binary_slow(op, a, b, None)
+    plan = _binary_plans.get(key)
+    if plan is None:
         return _binary_slow(op, a, b, key)
-    if operator and (_foreign(a) or _foreign(b)):
-        return NotImplemented
-    return _binary_slow(op, a, b, None)
+    backend, directs = x._backend, plan[9]
+    if directs is not None:  # the backend may compute it in one call
+        direct = directs.get(backend, _UNSEEN)
+        if direct is _UNSEEN:
+            direct = _binary_direct(op, plan, backend)
+        if direct is not None:
+            out = direct(a, b)
+            if out is not None:
+                return out
+    compute, shape, strides, nbytes, dtype, a_view, b_view, check_int = plan[:8]
+    if check_int:  # (only plans of an array and a Python int)
+        dt.check_scalar_fits(b if x is a else a, compute, op)
+    out = _creation._allocate(shape, strides, nbytes, dtype, x._device)
+    if a_view:
+        a = _broadcast(a, shape, op)
+    if b_view:
+        b = _broadcast(b, shape, op)
+    backend.binary(op, out, a, b, compute)
+    return out
 
 
 def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
@@ -619,9 +617,16 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArra
             itemsize = spec.dtype.itemsize
             keep_strides, nbytes = _creation.contiguous_layout(spec.keep_shape, itemsize)
             strides = _creation.contiguous_layout(spec.shape, itemsize)[0]
-            plan = (spec, keep_strides, nbytes, strides)
+            plan = (spec, keep_strides, nbytes, strides, {})
             _remember(_reduce_plans, key, plan)
-        spec, keep_strides, nbytes, strides = plan
+        direct = plan[4].get(x._backend, _UNSEEN)
+        if direct is _UNSEEN:
+            direct = _reduce_direct(op, plan, x)
+        if direct is not None:  # the backend may compute it in one call
+            out = direct(x)
+            if out is not None:
+                return out
+        spec, keep_strides, nbytes, strides, _ = plan
         out = _creation._allocate(spec.keep_shape, keep_strides, nbytes, spec.dtype, x._device)
         x._backend.reduce(op, out, x, spec.axes, spec.accumulate, {"ddof": ddof})
         return out if keepdims else out._view(0, spec.shape, strides)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import _memory
+from ... import _memory, _stream
 from ..._bindings import _init_state
 from ..._device import Device
 from ..._memory import Buffer, alloc, memcpy
@@ -66,10 +66,21 @@ class CudaBackend(Backend):
     # bound at import could have been replaced since, and hold a resource of another Device
     # object for the same ordinal). The resource's ``allocate`` keeps every check; anything out
     # of the ordinary (no resource yet, the driver not initialized) takes ``ignis.alloc``.
+    # The stream is ``current_stream(gpu)``, its common cases inline (its twin in ignis._stream:
+    # the thread's stream table, then the device's default stream; the tables read through
+    # the module for the same reason as the resources').
     def alloc(self, nbytes: int) -> Buffer:
         gpu = self.gpu
-        stream = self.stream
-        resource = _memory._resources.get(gpu.ordinal)
+        ordinal = gpu.ordinal
+        try:
+            stream = _stream._tls.streams.get(ordinal)
+        except AttributeError:  # the thread's first stream lookup: current_stream makes its table
+            stream = current_stream(gpu)
+        if stream is None:
+            stream = _stream._default_streams.get(ordinal)
+            if stream is None:
+                stream = current_stream(gpu)
+        resource = _memory._resources.get(ordinal)
         if resource is None or not _init_state["ok"]:
             return alloc(nbytes, device=gpu, stream=stream)
         return resource.allocate(nbytes, stream)
@@ -161,6 +172,8 @@ class CudaBackend(Backend):
     def reduce(self, op: str, out: NvArray, x: NvArray, axes: tuple[int, ...], accumulate: DType,
                params: dict[str, Any]) -> None:
         reduction.reduce(self, op, out, x, axes, accumulate, params)
+
+    reduce_direct = direct.reduce_direct
 
     def arg_reduce(self, op: str, out: NvArray, x: NvArray, axis: int | None) -> None:
         reduction.arg_reduce(self, op, out, x, axis)

@@ -50,7 +50,7 @@ from ._kernels import CTYPE, library_kernel
 if TYPE_CHECKING:
     from ..array import NvArray
 
-__all__ = ["reduce", "arg_reduce", "softmax"]
+__all__ = ["reduce", "replay", "arg_reduce", "softmax"]
 
 
 # The type max/min/argmax/argmin compare in (the 16-bit floats as float; small integers as int).
@@ -639,9 +639,13 @@ def reduce(
     axes: tuple[int, ...],
     accumulate: dt.DType,
     params: dict[str, Any],
-) -> None:
+) -> tuple[Any, ...] | None:
     """The ``reduce`` hook: sum, mean, max, min or var of ``x`` over ``axes`` into ``out``
-    (keepdims shape). See :meth:`ignis._array._backend.Backend.reduce`."""
+    (keepdims shape). See :meth:`ignis._array._backend.Backend.reduce`.
+
+    Returns the recipe the call replayed or made (see :func:`_recipe`), None where it was
+    not remembered: the direct function of a full reduction learns its launch from it
+    (:func:`replay`)."""
     data_ptr = backend.data_ptr
     x_ptr = data_ptr(x)
     out_ptr = data_ptr(out)
@@ -674,7 +678,7 @@ def reduce(
             args[x_pos] += x_ptr
             args[out_pos] = out_ptr
             kernel.launch(grid, block, args, stream=backend.stream)
-            return
+            return recipe
         sizes, launches = recipe
         # The temporaries live until the launches are queued (their memory is stream-ordered);
         # each is a new allocation, so two of them never share an address.
@@ -689,11 +693,11 @@ def reduce(
                     x_ptr + delta if source == -1 else out_ptr if source == -2 else temps[source]
                 )
             kernel.launch(grid, block, args, stream=stream)
-        return
+        return recipe
     if op not in ("sum", "mean", "max", "min", "var"):
         raise ValueError(f"reduce: unknown reduction {op!r}; expected sum, mean, max, min or var")
     if out.numel == 0:
-        return
+        return None
     _tls.record = record = []
     try:
         _reduce_planned(backend, op, out, x, axes, accumulate, params)
@@ -705,6 +709,26 @@ def reduce(
             recipes.clear()
             recipes[_KNOBS] = knobs
         recipes[key] = recipe
+    return recipe
+
+
+def replay(recipe: tuple[Any, ...] | None, device: Any) -> tuple[Any, tuple[Any, ...]] | None:
+    """``(launch, arguments)`` for a recipe of one launch that reads ``x`` from its first element
+    (argument 0) and writes ``out`` (argument 1): ``launch(stream, x_ptr, out_ptr, *arguments)``
+    queues what :func:`reduce` would replay, through the kernel's prepared launch
+    (``Kernel._prepared``) on ``device``. None for any other recipe."""
+    if recipe is None or len(recipe) != 6:
+        return None
+    kernel, grid, block, args, x_pos, out_pos = recipe
+    if x_pos != 0 or out_pos != 1 or args[0] != 0:
+        return None
+    # What the launcher would convert (a prepared launch takes converted values): a null
+    # pointer is 0; the rest are already ints, floats and packed layouts (bytes).
+    arguments = tuple(0 if a is None else a for a in args[2:])
+    if not all(a.__class__ in (int, float, bytes) for a in arguments):
+        return None
+    launch = kernel._prepared(device, grid, block)
+    return None if launch is None else (launch, arguments)
 
 
 def _recipe(
