@@ -430,9 +430,15 @@ class Driver:
                     )
                 kc, vc = self.arr((1, 2, seq + 5, 64), dtype), self.arr((1, 2, seq + 5, 64), dtype)
                 self.run(nn.decode_attention, self.arr((1, 2, 1, 64), dtype), kc, vc, seq)
+                if dtype != "float32":  # head dim 128 (the Hopper kernels' other tiles there)
+                    q, k, v = (self.arr((1, 2, seq, 128), dtype) for _ in range(3))
+                    out, lse = self.run(nn.attention, q, k, v, causal=True)
+                    self.run(nn.attention_backward, self.arr(out.shape, dtype), q, k, v, out, lse,
+                             causal=True)
                 # packed (B, T, 3, H, E) views read and written in place, as packed_attention
                 # does; float32 also through the fused one-pass backward, the 16-bit types
-                # through every backward tile variant
+                # through the Hopper backward (on compute capability 9.0) and every mma.sync
+                # backward tile variant
                 heads = self.arr((2, seq, 3, 2, 64), dtype).permute(2, 0, 3, 1, 4)
                 merged = ignis.empty((2, seq, 2, 64), dtype=dtype, device=d)
                 out, lse = self.run(nn.attention, heads[0], heads[1], heads[2], causal=True,
@@ -443,15 +449,19 @@ class Driver:
                 if dtype == "float32":
                     switches = [("SIMT_FUSED_DQ", fused) for fused in (False, True)]
                 else:
-                    switches = [("BWD_TILES", name) for name in cuda_attention.BWD_TILE_VARIANTS]
+                    switches = [("BWD_WGMMA", True)]
+                    switches += [("BWD_TILES", name) for name in cuda_attention.BWD_TILE_VARIANTS]
                 for switch, value in switches:
-                    saved = getattr(cuda_attention, switch)
+                    saved = getattr(cuda_attention, switch), cuda_attention.BWD_WGMMA
                     setattr(cuda_attention, switch, value)
+                    if switch == "BWD_TILES":  # (the mma.sync kernels, also on a Hopper GPU)
+                        cuda_attention.BWD_WGMMA = False
                     try:
                         self.run(nn.attention_backward, grad, heads[0], heads[1], heads[2], out,
                                  lse, causal=True, dq=slots[0], dk=slots[1], dv=slots[2])
                     finally:
-                        setattr(cuda_attention, switch, saved)
+                        setattr(cuda_attention, switch, saved[0])
+                        cuda_attention.BWD_WGMMA = saved[1]
 
         def linear(n: int) -> None:
             rows = min(n, 257)
