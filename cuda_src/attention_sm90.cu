@@ -265,6 +265,7 @@ __global__ void __launch_bounds__(256, 1)
   static_assert(BM == 64, "flash_bwd_fused_wgmma: the dS^T tile rows are 64 queries (128 bytes)");
   constexpr int BN = 128, THREADS = 256, NT = BM / 8, DH = D / 2;
   constexpr unsigned KTILE = BN * D * 2, QTILE = BM * D * 2, DSTILE = BN * BM * 2;  // bytes
+  constexpr unsigned KPANEL = BN * 128;  // one 64-column panel of the K tile
   unsigned char* raw = dynamic_smem();
   const unsigned raw_addr = tc::smem_u32addr(raw);
   const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(256, 1)
   const bool pairs = E % 2 == 0 && (unsigned long long)dq_acc % 8 == 0;
   const unsigned kg_addr = k_addr + 64 * group * 128, vg_addr = v_addr + 64 * group * 128;
   // B of this group's dQ columns: panel (group * DH) / 64, then (group * DH) % 64 columns in.
-  const unsigned kcol_addr = k_addr + (group * DH / 64) * KTILE / (D / 64) + (group * DH % 64) * 2;
+  const unsigned kcol_addr = k_addr + (group * DH / 64) * KPANEL + (group * DH % 64) * 2;
 
   int buf = 0;
   for (int m0 = m_begin; m0 < L; m0 += BM, buf ^= 1) {
@@ -372,7 +373,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
       const uint64 da = wg::desc_mnmajor(ds_addr + kk * 16 * 128, DSTILE);
-      const uint64 db = wg::desc_mnmajor(kcol_addr + kk * 16 * 128, KTILE / (D / 64));
+      const uint64 db = wg::desc_mnmajor(kcol_addr + kk * 16 * 128, KPANEL);
       if constexpr (DH == 64) {
         if (kk == 0) {
           wg::wgmma_ss_n64_zero<1, 1>(&dqa[0][0], da, db, T{});

@@ -41,11 +41,8 @@ IGNIS_DEV uint64 desc_kmajor(unsigned addr) {
 
 // Descriptor of an MN-major 128-byte-swizzled operand: N panels panel_bytes apart.
 IGNIS_DEV uint64 desc_mnmajor(unsigned addr, unsigned panel_bytes) {
-#if defined(IGNIS_WGMMA_MN_SWAP)  // the other reading of LBO / SBO, for a probe
-  return desc_encode(addr) | (desc_encode(1024) << 16) | (desc_encode(panel_bytes) << 32) | (1ull << 62);
-#else
-  return desc_encode(addr) | (desc_encode(panel_bytes) << 16) | (desc_encode(1024) << 32) | (1ull << 62);
-#endif
+  return desc_encode(addr) | (desc_encode(panel_bytes) << 16) | (desc_encode(1024) << 32) |
+         (1ull << 62);
 }
 
 IGNIS_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

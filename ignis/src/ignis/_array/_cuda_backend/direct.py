@@ -18,6 +18,9 @@ keys (element count last), one per alignment case (every address on a 16-byte bo
 vectors; or not), and kept at their first use. Until one exists (the first call of a size and
 alignment), the function allocates and then runs ``elementwise.unary`` / ``binary``, which
 launches through ``Kernel.launch`` (validating the configuration) and prepares the launch.
+The three element-wise functions (binary, binary with a scalar, unary) repeat one short
+prologue (strides check, allocation, adopt, alignment case) on purpose: a shared helper would
+cost a Python call on every op, which is what these functions exist to save.
 
 Full reductions (sum, mean, max, min over every axis of a dense array): the first call of an
 alignment case runs ``reduction.reduce``, which plans (or replays) the reduction and returns
