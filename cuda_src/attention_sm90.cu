@@ -8,8 +8,9 @@
 //                                    D = 64 or 128; 64 queries per warpgroup, GROUPS
 //                                    warpgroups per block, BN-key tiles. Q and the K / V
 //                                    tiles lie in shared memory with the 128-byte swizzle
-//                                    (wgmma.cuh), copied by cp.async (the next tiles into a
-//                                    second buffer while the current ones are used). S = Q K^T
+//                                    (wgmma.cuh), copied by the TMA unit (tma.cuh; one thread
+//                                    issues the copies, mbarriers say when a tile has landed
+//                                    and when every warp is done with a buffer). S = Q K^T
 //                                    reads both operands from shared memory; O += P V takes P
 //                                    from registers (the score accumulator turned into A
 //                                    fragments) and V transposed (MN-major). Online softmax in
@@ -19,6 +20,7 @@
 //                                    BM-query tiles; dK, dV and dQ by atomics (see the
 //                                    kernel's comment).
 #include "attention.cuh"
+#include "tma.cuh"
 #include "wgmma.cuh"
 
 namespace ignis {
@@ -119,98 +121,137 @@ IGNIS_DEV void finish_rows(T* ob, float* lse_rows, const float (&o)[D / 8][4],
   store_acc<T, D>(ob, o, r0, L, E, ldo, inv[0], inv[1]);
 }
 
-// Software pipeline over key tiles j (each group on its own 64 rows):
-//   step j: wait for the copies of K_j and V_{j-1}; barrier; start copying K_{j+1} and V_j;
-//           issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}; wait for S_j only; softmax of
-//           S_j (the exponentials overlap the tensor cores' P V); wait for P V; scale O by
-//           alpha_j; P_j into A fragments.
-// so K and V have two buffers each: K_{j+1} goes where K_{j-1} was (read by S_{j-1}, finished
-// in step j-1), V_j where V_{j-2} was (read by step j-1's P V, waited for before its end); the
-// barrier of step j orders both for every group. After the last tile: O += P V once more.
+// Buffers of flash_fwd_wgmma's K and V tiles (attention.py's wgmma_fwd_smem counts them).
+constexpr int FWD_KBUF = 2, FWD_VBUF = 3;
+
+// The barriers of flash_fwd_wgmma, in order after its tiles: Q loaded; K / V buffer b loaded
+// (full) and read by every warp (free).
+enum FwdBarrier { Q_FULL = 0, K_FULL = 1, V_FULL = K_FULL + FWD_KBUF, K_FREE = V_FULL + FWD_VBUF,
+                  V_FREE = K_FREE + FWD_KBUF, FWD_BARRIERS = V_FREE + FWD_VBUF };
+
+// Tile of R rows x D columns from row `row` of head (h, b) of map into the swizzled tile at dst
+// (64-column panels), completing on bar.
+template <int R, int D>
+IGNIS_DEV void tma_tile(unsigned dst, const tma::TensorMap& map, int row, int h, int b,
+                        unsigned bar) {
+  tma::arrive_expect_tx(bar, R * D * 2);
+#pragma unroll
+  for (int p = 0; p < D / 64; ++p) tma::load_4d(dst + p * R * 128, map, p * 64, row, h, b, bar);
+}
+
+// A warp is done with a buffer: one arrival per warp (the wgmma wait before it is warp-wide).
+IGNIS_DEV void release(unsigned bar) {
+  if ((threadIdx.x & 31) == 0) tma::arrive(bar);
+}
+
+// Software pipeline over key tiles j (each group on its own 64 rows; thread 0 also issues the
+// TMA copies):
+//   step j: [thread 0: copy K_{j+1} into K_{j-1}'s buffer once every warp has read K_{j-1}]
+//           wait for K_j and V_{j-1}; issue S_j = Q K_j^T, then O += P_{j-1} V_{j-1}; wait for
+//           S_j only (K_j's buffer is free); softmax of S_j (the exponentials overlap the tensor
+//           cores' P V); wait for P V (V_{j-1}'s buffer is free); scale O by alpha_j; P_j into
+//           A fragments; [thread 0: copy V_{j+1} into V_{j-2}'s buffer once every warp is done
+//           with it].
+// so K has FWD_KBUF = 2 buffers and V FWD_VBUF = 3: a copy never waits for the step the other
+// groups are in, only for the one before, and the groups run without a block-wide barrier.
+// Step 0 (no P V yet) and the last tile's P V are peeled off the loop.
 template <class T, int D, bool CAUSAL, int GROUPS, int BN>
 __global__ void __launch_bounds__(GROUPS * 128, 1)
-    flash_fwd_wgmma(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                    T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
-                    float scale_log2, int vec, int64 bh0, Layout lay) {
+    flash_fwd_wgmma(const __grid_constant__ tma::TensorMap qmap,
+                    const __grid_constant__ tma::TensorMap kmap,
+                    const __grid_constant__ tma::TensorMap vmap, T* __restrict__ out,
+                    float* __restrict__ lse, int L, int S, int E, float scale_log2, int64 bh0,
+                    Layout lay) {
   static_assert(D == 64 || D == 128, "flash_fwd_wgmma: D is 64 or 128");
-  constexpr int BM = 64 * GROUPS, NT = BN / 8, THREADS = GROUPS * 128;
+  constexpr int BM = 64 * GROUPS, NT = BN / 8;
   constexpr unsigned QTILE = BM * D * 2, KTILE = BN * D * 2;  // bytes
   unsigned char* raw = dynamic_smem();
   // Swizzled tiles start 1024-byte aligned; the host asks for 1024 bytes of slack.
   const unsigned raw_addr = tc::smem_u32addr(raw);
   const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
-  require_smem(pad + QTILE + 4 * KTILE);
-  unsigned char* qs = raw + pad;
-  unsigned char* ks = qs + QTILE;  // K_j at ks + (j & 1) KTILE
-  unsigned char* vs = ks + 2 * KTILE;  // V_j at vs + (j & 1) KTILE
-  const unsigned q_addr = raw_addr + pad, k_addr = q_addr + QTILE, v_addr = k_addr + 2 * KTILE;
+  require_smem(pad + QTILE + (FWD_KBUF + FWD_VBUF) * KTILE + FWD_BARRIERS * 8);
+  const unsigned q_addr = raw_addr + pad, k_addr = q_addr + QTILE;
+  const unsigned v_addr = k_addr + FWD_KBUF * KTILE, bars = v_addr + FWD_VBUF * KTILE;
+  auto bar = [bars](int i) { return bars + 8u * i; };
 
   const int group = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const bool producer = threadIdx.x == 0;
   const int64 bh = bh0 + blockIdx.y;
+  const int hb = (int)((unsigned)bh / (unsigned)lay.heads), hh = (int)(bh - (int64)hb * lay.heads);
   const int m0 = (CAUSAL ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;  // long rows first
-  const T* kb = k + head_offset(lay.k, bh, lay.heads);
-  const T* vb = v + head_offset(lay.v, bh, lay.heads);
-  const int64 ldk = lay.k.st, ldv = lay.v.st;
   const int wr = 64 * group + 16 * warp;  // this warp's first query, relative to m0
   const int row[2] = {m0 + wr + (lane >> 2), m0 + wr + (lane >> 2) + 8};
-  const bool vec16 = vec != 0;
   const unsigned qg_addr = q_addr + 64 * group * 128;  // this group's rows of every Q panel
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   const int tiles = (n_end + BN - 1) / BN;
-  load_tile_swizzled<T, BM, D, THREADS>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E,
-                                           lay.q.st, vec16);
-  if (tiles > 0) load_tile_swizzled<T, BN, D, THREADS>(ks, kb, 0, S, E, ldk, vec16);
-  tc::cp_async_commit();
-
   float o[D / 8][4], s[NT][4];
   uint32 pa[BN / 16][4];
   zero(o);
   float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.f, 0.f}, alpha[2];
-
   T* ob = out + head_offset(lay.o, bh, lay.heads);
   if (tiles == 0) {  // no visible key: zero rows, lse -inf
-    tc::cp_async_wait<0>();
     finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st);
     return;
   }
-  // Every wgmma below is issued unconditionally (a branch around one makes ptxas serialise
-  // them all): the first tile's S and the last tile's P V are peeled off the loop.
-  tc::cp_async_wait<0>();
-  wg::fence_proxy_async();  // this thread's copies and zero stores, visible to wgmma
+
+  if (producer) {
+    tma::prefetch(qmap);
+    tma::prefetch(kmap);
+    tma::prefetch(vmap);
+    tma::barrier_init(bar(Q_FULL), 1);
+    for (int b = 0; b < FWD_KBUF; ++b) {
+      tma::barrier_init(bar(K_FULL + b), 1);
+      tma::barrier_init(bar(K_FREE + b), 4 * GROUPS);
+    }
+    for (int b = 0; b < FWD_VBUF; ++b) {
+      tma::barrier_init(bar(V_FULL + b), 1);
+      tma::barrier_init(bar(V_FREE + b), 4 * GROUPS);
+    }
+    tma::barrier_init_fence();
+  }
   __syncthreads();
+  if (producer) {
+    tma_tile<BM, D>(q_addr, qmap, m0, hh, hb, bar(Q_FULL));
+    tma_tile<BN, D>(k_addr, kmap, 0, hh, hb, bar(K_FULL));
+    if (1 < tiles) tma_tile<BN, D>(k_addr + KTILE, kmap, BN, hh, hb, bar(K_FULL + 1));
+    tma_tile<BN, D>(v_addr, vmap, 0, hh, hb, bar(V_FULL));
+  }
+
+  // Every wgmma below is issued unconditionally (a branch around one makes ptxas serialise
+  // them all): step 0's S and the last tile's P V are peeled off the loop.
+  tma::wait(bar(Q_FULL), 0);
+  tma::wait(bar(K_FULL), 0);
   wg::wgmma_fence();
   wgmma_abt<T, BN, D, BM, BN>(&s[0][0], qg_addr, k_addr);
   wg::wgmma_commit();
-  if (1 < tiles) load_tile_swizzled<T, BN, D, THREADS>(ks + KTILE, kb, BN, S, E, ldk, vec16);
-  load_tile_swizzled<T, BN, D, THREADS>(vs, vb, 0, S, E, ldv, vec16);
-  tc::cp_async_commit();
   wg::wgmma_wait<0>();
   wg::fence_operands<BN / 2>(&s[0][0]);
+  release(bar(K_FREE));
   online_softmax<CAUSAL, NT>(s, mrow, lrow, alpha, row, 0, L, S, scale_log2,
                              BN > S || (CAUSAL && BN - 1 > m0 + S - L));
   pack_p<T, NT>(pa, s);  // (O is still zero: no rescaling)
+  if (producer && 1 < tiles) tma_tile<BN, D>(v_addr + KTILE, vmap, BN, hh, hb, bar(V_FULL + 1));
 
   for (int j = 1; j < tiles; ++j) {
-    tc::cp_async_wait<0>();
-    wg::fence_proxy_async();
-    __syncthreads();
+    const int kb = j & 1, vb = (j - 1) % FWD_VBUF;  // K_j's and V_{j-1}'s buffers
+    if (producer && j + 1 < tiles) {
+      tma::wait(bar(K_FREE + (kb ^ 1)), ((j - 1) >> 1) & 1);  // S_{j-1} read it
+      tma_tile<BN, D>(k_addr + (kb ^ 1) * KTILE, kmap, (j + 1) * BN, hh, hb,
+                      bar(K_FULL + (kb ^ 1)));
+    }
+    tma::wait(bar(K_FULL + kb), (j >> 1) & 1);
+    tma::wait(bar(V_FULL + vb), ((j - 1) / FWD_VBUF) & 1);
     wg::fence_operands<D / 2>(&o[0][0]);
     wg::fence_operands<BN / 4>(&pa[0][0]);
     wg::wgmma_fence();
-    wgmma_abt<T, BN, D, BM, BN>(&s[0][0], qg_addr, k_addr + (j & 1) * KTILE);
+    wgmma_abt<T, BN, D, BM, BN>(&s[0][0], qg_addr, k_addr + kb * KTILE);
     wg::wgmma_commit();
-    wgmma_py<T, D, BN>(&o[0][0], pa, v_addr + ((j - 1) & 1) * KTILE);
+    wgmma_py<T, D, BN>(&o[0][0], pa, v_addr + vb * KTILE);
     wg::wgmma_commit();
-    // The copies are issued after the matrix products, which then start without waiting.
-    if (j + 1 < tiles) {
-      const int n1 = (j + 1) * BN;
-      load_tile_swizzled<T, BN, D, THREADS>(ks + ((j + 1) & 1) * KTILE, kb, n1, S, E, ldk, vec16);
-    }
-    load_tile_swizzled<T, BN, D, THREADS>(vs + (j & 1) * KTILE, vb, j * BN, S, E, ldv, vec16);
-    tc::cp_async_commit();
     wg::wgmma_wait<1>();  // S_j (P V of step j - 1 may still run)
     wg::fence_operands<BN / 2>(&s[0][0]);
+    release(bar(K_FREE + kb));
 
     const int n0 = j * BN;
     const bool masked = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
@@ -219,6 +260,7 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
     wg::wgmma_wait<0>();
     wg::fence_operands<D / 2>(&o[0][0]);
     wg::fence_operands<BN / 4>(&pa[0][0]);
+    release(bar(V_FREE + vb));
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
       o[nt][0] *= alpha[0];
@@ -227,15 +269,19 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
       o[nt][3] *= alpha[1];
     }
     pack_p<T, NT>(pa, s);
+    if (producer && j + 1 < tiles) {  // V_{j+1} into V_{j-2}'s buffer
+      const int nb = (j + 1) % FWD_VBUF;
+      if (j >= 2) tma::wait(bar(V_FREE + nb), ((j - 2) / FWD_VBUF) & 1);
+      tma_tile<BN, D>(v_addr + nb * KTILE, vmap, (j + 1) * BN, hh, hb, bar(V_FULL + nb));
+    }
   }
 
-  tc::cp_async_wait<0>();  // the last V tile
-  wg::fence_proxy_async();
-  __syncthreads();
+  const int vb = (tiles - 1) % FWD_VBUF;
+  tma::wait(bar(V_FULL + vb), ((tiles - 1) / FWD_VBUF) & 1);
   wg::fence_operands<D / 2>(&o[0][0]);
   wg::fence_operands<BN / 4>(&pa[0][0]);
   wg::wgmma_fence();
-  wgmma_py<T, D, BN>(&o[0][0], pa, v_addr + ((tiles - 1) & 1) * KTILE);
+  wgmma_py<T, D, BN>(&o[0][0], pa, v_addr + vb * KTILE);
   wg::wgmma_commit();
   wg::wgmma_wait<0>();
   wg::fence_operands<D / 2>(&o[0][0]);

@@ -20,15 +20,15 @@ import ignis
 from ignis import _sources
 
 CTYPE = {"bfloat16": "ignis::bfloat16", "float16": "ignis::float16"}
-# Bytes of spill stores a Hopper kernel may have: the forward with three warpgroups at head dim
-# 64 spills 56-100 and is still the fastest; the backward at head dim 128 spills 224-236 (dK and
-# dV alone take 128 registers) and is still 1.4-1.5x the mma.sync one. A tile that no longer
-# fits spills several hundred (three forward warpgroups at head dim 128: 420).
-SPILL_LIMIT = {"fwd": 128, "bwd": 256}
+# Bytes of spill stores a Hopper kernel may have: the forward spills none (its copies are the TMA
+# unit's); the backward at head dim 128 spills 224-236 (dK and dV alone take 128 registers) and
+# is still 1.4-1.5x the mma.sync one. A tile that no longer fits spills several hundred (three
+# forward warpgroups at head dim 128: 336).
+SPILL_LIMIT = {"fwd": 0, "bwd": 256}
 
 
-def wgmma_name(dtype: str, d: int, causal: bool) -> str:
-    groups, keys = cuda_attention.WGMMA_TILES[d]
+def wgmma_name(dtype: str, d: int, causal: bool, n_q: int) -> str:
+    groups, keys = cuda_attention.wgmma_fwd_tiles(d, causal, n_q)
     c = "true" if causal else "false"
     return f"ignis::attn::flash_fwd_wgmma<{CTYPE[dtype]}, {d}, {c}, {groups}, {keys}>"
 
@@ -36,8 +36,27 @@ def wgmma_name(dtype: str, d: int, causal: bool) -> str:
 # --- which forward runs, and its launch (fake driver: a stand-in H200) ---------------------------
 
 
+def tensor_map_calls(fake):
+    """(address, dims, byte strides, box, swizzle name) of each tensor map the fake driver built."""
+    calls = []
+    for args in fake.calls["cuTensorMapEncodeTiled"]:
+        _, rank, address, dims, strides, box, elem, *_, swizzle, _, _ = args
+        assert rank == len(dims) == len(box) == len(elem) == len(strides) + 1
+        assert [int(x) for x in elem] == [1] * rank
+        calls.append(
+            (
+                address,
+                [int(x) for x in dims],
+                [int(x) for x in strides],
+                [int(x) for x in box],
+                swizzle.name,
+            )
+        )
+    return calls
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("e,d", [(64, 64), (40, 64), (128, 128), (100, 128)])
+@pytest.mark.parametrize("e,d", [(64, 64), (40, 64), (128, 128), (120, 128)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, monkeypatch):  # noqa: F811
     q = ignis.empty((2, 3, 300, e), dtype=dtype, device="cuda:0")
@@ -46,25 +65,93 @@ def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, mon
     fake.launches.clear()
     out, lse = ignis.nn.attention(q, k, v, causal=causal, scale=0.25)
     ((name, grid, block, _, args),) = fake.launches
-    groups, keys = cuda_attention.WGMMA_TILES[d]
-    assert name == wgmma_name(dtype, d, causal)
-    # 64 queries per warpgroup; the Q tile, two buffers of K and V tiles, 1 KiB of alignment
+    tiles = groups, keys = cuda_attention.wgmma_fwd_tiles(d, causal, 300)
+    assert name == wgmma_name(dtype, d, causal, 300)
+    # 64 queries per warpgroup; the Q tile, two K and three V tile buffers, 11 mbarriers (128
+    # bytes), 1 KiB of alignment
     assert grid == (math.ceil(300 / (64 * groups)), 6, 1) and block == (128 * groups, 1, 1)
-    smem = 1024 + (64 * groups + 4 * keys) * d * 2
-    assert cuda_attention.wgmma_fwd_smem(d) == smem and smem <= 227 * 1024
+    smem = 1024 + (64 * groups + 5 * keys) * d * 2 + 128
+    assert cuda_attention.wgmma_fwd_smem(d, tiles) == smem and smem <= 227 * 1024
     assert (name, smem) in fake.optin
+    # q, k, v as tensor maps: dims (E, rows, H, B) with their byte strides; one copy is 64
+    # columns of a query tile / key tile of one head, swizzled by 128 bytes.
+    item = q.itemsize
+    assert tensor_map_calls(fake) == [
+        (
+            ptr,
+            [e, rows, 3, 2],
+            [e * item, rows * e * item, 3 * rows * e * item],
+            [64, box, 1, 1],
+            "CU_TENSOR_MAP_SWIZZLE_128B",
+        )
+        for ptr, rows, box in (
+            (q.data_ptr, 300, 64 * groups),
+            (k.data_ptr, 200, keys),
+            (v.data_ptr, 200, keys),
+        )
+    ]
+    assert all(len(a) == 128 for a in args[:3])
     assert struct.unpack("<f", args[8])[0] == pytest.approx(0.25 * 1.4426950408889634)
-    # The same arguments as the mma.sync forward's.
+    # The other arguments are the mma.sync forward's, without the 16-byte copy flag.
     monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
     fake.launches.clear()
     ignis.nn.attention(q, k, v, causal=causal, scale=0.25, out=out)
     ((other, _, _, _, other_args),) = fake.launches
     assert other.startswith("ignis::attn::flash_fwd_tc_m32<")
-    assert [a for i, a in enumerate(other_args) if i != 4] == [
-        a
-        for i, a in enumerate(args)
-        if i != 4  # (the lse row of each call is its own)
-    ]
+    assert struct.unpack("<i", other_args[9]) == (1,)  # vec
+    mine = [a for i, a in enumerate(args) if i != 4]  # (the lse row of each call is its own)
+    assert mine[3:] == [a for i, a in enumerate(other_args) if i not in (4, 9)][3:]
+
+
+def test_short_causal_forwards_take_smaller_query_tiles(fake):  # noqa: F811
+    tiles = cuda_attention.wgmma_fwd_tiles
+    assert tiles(64, False, 1024) == tiles(64, True, 4096) == (3, 128)
+    assert tiles(64, True, 1024) == tiles(64, True, 2048) == (2, 128)
+    assert tiles(128, True, 1024) == tiles(128, False, 8192) == (2, 128)
+    for n_q, groups in ((2048, 2), (2049, 3)):
+        q = ignis.empty((1, 2, n_q, 64), dtype="bfloat16", device="cuda:0")
+        fake.launches.clear()
+        ignis.nn.attention(q, q, q, causal=True)
+        ((name, grid, block, *_),) = fake.launches
+        assert name == wgmma_name("bfloat16", 64, True, n_q) and f"64, true, {groups}, 128>" in name
+        assert grid == (math.ceil(n_q / (64 * groups)), 2, 1) and block == (128 * groups, 1, 1)
+        assert (name, cuda_attention.wgmma_fwd_smem(64, (groups, 128))) in fake.optin
+
+
+def test_hopper_forward_reads_packed_heads_through_their_strides(fake):  # noqa: F811
+    # Heads out of a packed (B, T, 3, H, E) projection: a row steps over 3 H E elements, a
+    # head over E.
+    b, n, h, e = 2, 70, 4, 64
+    qkv = ignis.empty((b, n, 3, h, e), dtype="bfloat16", device="cuda:0")
+    q, k, v = (qkv[:, :, i].permute(0, 2, 1, 3) for i in range(3))
+    fake.calls["cuTensorMapEncodeTiled"].clear()
+    ignis.nn.attention(q, k, v, causal=True)
+    maps = tensor_map_calls(fake)
+    assert [m[0] for m in maps] == [qkv.data_ptr + i * h * e * 2 for i in range(3)]
+    assert all(
+        list(m[1:3]) == [[e, n, h, b], [3 * h * e * 2, e * 2, n * 3 * h * e * 2]] for m in maps
+    )
+
+
+def test_forward_without_tensor_maps_takes_the_mma_sync_kernel(fake):  # noqa: F811
+    # TMA reads 16-byte aligned bases and strides, and no broadcast (stride 0) dim.
+    def forward_name(q, k, v):
+        fake.launches.clear()
+        fake.calls["cuTensorMapEncodeTiled"].clear()
+        ignis.nn.attention(q, k, v)
+        ((name, *_),) = fake.launches
+        return name.split("<")[0], len(fake.calls["cuTensorMapEncodeTiled"])
+
+    dense = ignis.empty((2, 3, 50, 64), dtype="bfloat16", device="cuda:0")
+    assert forward_name(dense, dense, dense) == ("ignis::attn::flash_fwd_wgmma", 3)
+    rows100 = ignis.empty((2, 3, 50, 100), dtype="bfloat16", device="cuda:0")  # 200-byte rows
+    assert forward_name(rows100, rows100, rows100) == ("ignis::attn::flash_fwd_tc_m32", 0)
+    wide = ignis.empty((2, 3, 50, 72), dtype="bfloat16", device="cuda:0")
+    shifted = wide[..., 1:65]  # the base 2 bytes past an aligned address
+    assert forward_name(shifted, dense, dense) == ("ignis::attn::flash_fwd_tc_m32", 0)
+    one_head = ignis.empty((2, 1, 50, 64), dtype="bfloat16", device="cuda:0")
+    shared = one_head.broadcast_to((2, 3, 50, 64))  # every head reads the same rows
+    assert forward_name(dense, shared, shared) == ("ignis::attn::flash_fwd_tc_m32", 0)
 
 
 @pytest.mark.parametrize("e,d", [(64, 64), (128, 128), (100, 128)])
@@ -126,13 +213,19 @@ def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
 
 def all_wgmma_names() -> list[str]:
     """The Hopper forward and backward of every (dtype, head dim, causal)."""
-    return [
+    names = [
         name
         for dtype in CTYPE
         for d in cuda_attention.WGMMA_TILES
         for causal in (False, True)
         for key, name in cuda_attention.kernel_names(dtype, d, causal).items()
         if key in ("fwd_wgmma", "bwd_fused_wgmma")
+    ]
+    short = cuda_attention.WGMMA_SHORT_CAUSAL_TILES
+    return names + [
+        cuda_attention.wgmma_fwd_name(dtype, d, True, tiles)
+        for dtype in CTYPE
+        for d, (_, tiles) in short.items()
     ]
 
 
@@ -148,10 +241,16 @@ def test_every_hopper_forward_compiles_for_sm90a():
         name="attention_sm90.cu",
     )
     assert set(obj.lowered_names) == set(names) and obj.log == ""
-    for name in names:  # the launch packs the same arguments as the mma.sync forward's
+    for name in names:  # the arguments the launches pack
         *plain, last = parse_kernel_params(source, name)
-        if "fwd" in name:
-            kinds = ["pointer"] * 5 + ["int"] * 3 + ["float", "int", "int"]
+        if "fwd" in name:  # q, k, v tensor maps (by value), then as the mma.sync forward's
+            assert [(p.ctype.split()[-1], p.name) for p in plain[:3]] == [
+                ("tma::TensorMap", "qmap"),
+                ("tma::TensorMap", "kmap"),
+                ("tma::TensorMap", "vmap"),
+            ], name
+            plain = plain[3:]
+            kinds = ["pointer"] * 2 + ["int"] * 3 + ["float", "int"]
         else:
             kinds = ["pointer"] * 9 + ["int"] * 3 + ["float", "float", "int", "int"]
         assert [p.kind for p in plain] == kinds, name
@@ -232,7 +331,10 @@ def test_hopper_forward_matches_reference(dtype, causal, shape, launched, monkey
     kh, k = make(rng, (b, h, n_k, e), dtype, "cuda:0")
     vh, v = make(rng, (b, h, n_k, e), dtype, "cuda:0")
     out, lse = ignis.nn.attention(q, k, v, causal=causal)
-    assert launched == [wgmma_name(dtype, 64 if e <= 64 else 128, causal)]
+    if e % 8 == 0:
+        assert launched == [wgmma_name(dtype, 64 if e <= 64 else 128, causal, n_q)]
+    else:  # rows of E = 100 elements are 200 bytes: no tensor maps (TMA steps by 16 bytes)
+        assert launched[0].startswith("ignis::attn::flash_fwd_tc_m32<")
     want_out, want_lse, _ = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e))
     assert_close(host(out), want_out, dtype, "out")
     assert_close(host(lse), want_lse, "float32", "lse")

@@ -53,7 +53,7 @@ PROPERTIES = {
     "compute_capability_minor": 0,
 }
 
-_MEMORY_CALLS = (
+_DRIVER_CALLS = (
     "cuMemAllocAsync",
     "cuMemFreeAsync",
     "cuDeviceGetDefaultMemPool",
@@ -65,6 +65,7 @@ _MEMORY_CALLS = (
     "cuMemsetD16Async",
     "cuMemsetD32Async",
     "cuMemcpyDtoDAsync",
+    "cuTensorMapEncodeTiled",
 )
 
 
@@ -105,6 +106,8 @@ class FakeGpu:
                 return (SUCCESS, driver.cuuint64_t(0))
             if name == "cuMemGetInfo":
                 return (SUCCESS, 1 << 30, 141 << 30)
+            if name == "cuTensorMapEncodeTiled":  # opaque bytes: the call's arguments say it all
+                return (SUCCESS, driver.CUtensorMap())
             return (SUCCESS,)
 
 
@@ -139,7 +142,7 @@ def install(
     monkeypatch.setitem(bindings._init_state, "ok", True)
     monkeypatch.setattr(device_module._tls, "device", devices[0], raising=False)
     monkeypatch.setattr(device_module._tls, "active", devices[0], raising=False)
-    for name in _MEMORY_CALLS:
+    for name in _DRIVER_CALLS:
         fake = functools.partial(gpu._driver, name)
         monkeypatch.setattr(driver, name, fake)
         # ``cu``'s checked wrapper of the call, around the fake (and removed again afterwards)
@@ -198,6 +201,10 @@ def _struct_size(ctype: str) -> int:
         from ignis._array._cuda_backend.attention import LAYOUT
 
         return LAYOUT.size
+    if ctype.endswith("tma::TensorMap"):  # a CUtensorMap
+        from ignis._tensor_map import MAP_BYTES
+
+        return MAP_BYTES
     raise AssertionError(f"fake_gpu: unknown struct parameter {ctype!r}")
 
 

@@ -35,6 +35,7 @@ import struct
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import _dtypes as dt
+from ... import _tensor_map as tensor_map
 from ._kernels import CTYPE, library_kernel
 from .reduction import _temp
 
@@ -84,6 +85,11 @@ SOURCE_SM90 = "attention_sm90.cu"
 #: keys per tile). The fastest on an H200: three warpgroups at head dim 64 (up to 1.16x two),
 #: two at 128 (three would spill).
 WGMMA_TILES = {64: (3, 128), 128: (2, 128)}
+#: Causal forwards of few queries: padded head dim -> (most queries, tiles) replacing
+#: :data:`WGMMA_TILES`. Smaller query tiles put less of each block's work on the masked
+#: diagonal: on an H200 two warpgroups at head dim 64 gave 182 TFLOP/s at 16x32x1024x64 causal
+#: against 160 with three, while at 4096 queries three stayed faster (283 against 269).
+WGMMA_SHORT_CAUSAL_TILES = {64: (2048, (2, 128))}
 #: float16 / bfloat16 fused backward (:data:`BWD_FUSED_DQ`) on a GPU of compute capability 9.0 at
 #: padded head dims 64 and 128: True runs ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
 #: warpgroup MMA; 128 keys per block of two warpgroups, 64-query tiles), False the
@@ -91,6 +97,9 @@ WGMMA_TILES = {64: (3, 128), 128: (2, 128)}
 #: float32 atomics only.
 BWD_WGMMA = True
 _WG_BWD_KEYS, _WG_BWD_QUERIES = 128, 64
+# flash_fwd_wgmma's K and V tile buffers (FWD_KBUF, FWD_VBUF in attention_sm90.cu) and the bytes
+# of its 11 mbarriers, rounded up
+_WG_FWD_KBUF, _WG_FWD_VBUF, _WG_FWD_BARRIERS = 2, 3, 128
 #: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
 #: deterministic dK/dV + dQ passes.
 BWD_FUSED_DQ = True
@@ -280,8 +289,7 @@ def kernel_names(
         extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}, {tiles}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
         if d in WGMMA_TILES:
-            groups, keys = WGMMA_TILES[d]
-            extra["fwd_wgmma"] = f"ignis::attn::flash_fwd_wgmma<{t}, {d}, {c}, {groups}, {keys}>"
+            extra["fwd_wgmma"] = wgmma_fwd_name(dtype, d, causal, WGMMA_TILES[d])
             extra["bwd_fused_wgmma"] = (
                 f"ignis::attn::flash_bwd_fused_wgmma<{t}, {d}, {c}, {_WG_BWD_QUERIES}>"
             )
@@ -383,11 +391,46 @@ def wgmma_bwd_smem(d: int) -> int:
     return 1024 + (2 * n * d + 4 * m * d + n * m) * 2 + 4 * m * 4
 
 
-def wgmma_fwd_smem(d: int) -> int:
-    """Dynamic shared memory (bytes) of ``flash_fwd_wgmma`` at padded head dim ``d``: the Q tile
-    and two buffers of K and V tiles, 16-bit, plus 1024 bytes to align the swizzled tiles."""
-    groups, keys = WGMMA_TILES[d]
-    return 1024 + (64 * groups + 4 * keys) * d * 2
+def wgmma_fwd_tiles(d: int, causal: bool, n_q: int) -> tuple[int, int]:
+    """(warpgroups per block, keys per tile) of ``flash_fwd_wgmma`` at padded head dim ``d`` for
+    ``n_q`` queries: :data:`WGMMA_TILES`, or :data:`WGMMA_SHORT_CAUSAL_TILES` where they apply."""
+    short = WGMMA_SHORT_CAUSAL_TILES.get(d)
+    if causal and short is not None and n_q <= short[0]:
+        return short[1]
+    return WGMMA_TILES[d]
+
+
+def wgmma_fwd_name(dtype: str, d: int, causal: bool, tiles: tuple[int, int]) -> str:
+    """Name expression of ``flash_fwd_wgmma`` with ``tiles`` = (warpgroups, keys per tile)."""
+    c = "true" if causal else "false"
+    return f"ignis::attn::flash_fwd_wgmma<{CTYPE[dtype]}, {d}, {c}, {tiles[0]}, {tiles[1]}>"
+
+
+def wgmma_fwd_smem(d: int, tiles: tuple[int, int] | None = None) -> int:
+    """Dynamic shared memory (bytes) of ``flash_fwd_wgmma`` at padded head dim ``d`` with
+    ``tiles`` (default ``WGMMA_TILES[d]``): the Q tile, two K and three V tile buffers, 16-bit,
+    their mbarriers, plus 1024 bytes to align the swizzled tiles."""
+    groups, keys = tiles or WGMMA_TILES[d]
+    return 1024 + (64 * groups + (_WG_FWD_KBUF + _WG_FWD_VBUF) * keys) * d * 2 + _WG_FWD_BARRIERS
+
+
+def _tma_ready(e: int, *arrays: NvArray) -> bool:
+    """Whether TMA copies can read the operands: what 16-byte row copies need (:func:`_vec`),
+    and no dim of more than one element stepped by a stride of 0 or less (broadcast)."""
+    return bool(_vec(e, *arrays)) and all(
+        s > 0 or n == 1 for a in arrays for n, s in zip(a.shape[:3], a.strides[:3], strict=True)
+    )
+
+
+def _tma_map(backend: Any, a: NvArray, rows: int) -> bytes:
+    """Tensor map of a (B, H, rows, E) operand of ``flash_fwd_wgmma``: dims (E, rows, H, B), one
+    copy = 64 columns x ``rows`` rows of one head, 128-byte swizzle. A dim of one element is
+    never stepped: its stride is any valid one."""
+    b, h, n, e = a.shape
+    strides = [s if size > 1 else 16 for size, s in zip((n, h, b), a.strides[2::-1], strict=True)]
+    return tensor_map.tiled(
+        backend.data_ptr(a), a.dtype.name, (e, n, h, b), strides, (64, rows, 1, 1)
+    )
 
 
 def _bh_chunks(bh: int):
@@ -457,17 +500,22 @@ def forward(
     names = kernel_names(q.dtype.name, e, causal)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out)
-    wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu)
+    wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu) and _tma_ready(e, q, k, v)
+    if wgmma:
+        tiles = wgmma_fwd_tiles(d, causal, n_q)
+        groups, keys = tiles
+        maps = [_tma_map(backend, q, 64 * groups), _tma_map(backend, k, keys)]
+        maps.append(_tma_map(backend, v, keys))
     for bh0, count in _bh_chunks(bh):
-        if q.dtype.name in _TC:
+        if wgmma:  # tensor maps in place of q, k, v; no vec flag
+            args = [*maps, ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, bh0, lay]
+            grid = (_ceil(n_q, 64 * groups), count)
+            name = wgmma_fwd_name(q.dtype.name, d, causal, tiles)
+            _launch(backend, name, grid, 128 * groups, args, wgmma_fwd_smem(d, tiles))
+        elif q.dtype.name in _TC:
             bm = 4 * FWD_ROWS_PER_WARP  # 4 warps
             # K and V tiles, two buffers each; the 32-row kernel also stages the Q tile
             smem = (4 * _FWD_BN + (bm if bm == 128 else 0)) * (d + 8) * 2
-            name, threads = names["fwd"], _TC_THREADS
-            if wgmma:
-                groups = WGMMA_TILES[d][0]
-                bm, threads = 64 * groups, 128 * groups
-                smem, name = wgmma_fwd_smem(d), names["fwd_wgmma"]
             args = [
                 ptr(q),
                 ptr(k),
@@ -482,7 +530,7 @@ def forward(
                 bh0,
                 lay,
             ]
-            _launch(backend, name, (_ceil(n_q, bm), count), threads, args, smem)
+            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
         elif SIMT_TILED:
             bm = SIMT_TILES[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
             smem = tiled_smem(q.dtype.name, e, "fwd")
