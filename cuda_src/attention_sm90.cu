@@ -1,8 +1,11 @@
 // attention_sm90.cu - float16 / bfloat16 attention forward and fused backward on Hopper's
-// warpgroup MMA (wgmma, sm_90a). Same arguments, layout, masking and results (up to float32
-// summation order) as flash_fwd_tc_m32 and flash_bwd_fused_tc in attention.cu, with the same
-// building blocks (attention.cuh); built on its own because wgmma needs the
-// architecture-specific target sm_90a, which runs on compute capability 9.0 only.
+// warpgroup MMA (wgmma, sm_90a) and tensor memory accelerator (TMA). Same layout, masking and
+// results (up to float32 summation order) as flash_fwd_tc_m32 and flash_bwd_fused_tc in
+// attention.cu, with the same building blocks (attention.cuh), and the same arguments except
+// that q, k, v (and dout) come as TMA tensor maps (tma.cuh; the host builds them with the
+// tiles' box sizes) and there is no 16-byte copy flag: operands TMA cannot read take the
+// mma.sync kernels. Built on its own because wgmma needs the architecture-specific target
+// sm_90a, which runs on compute capability 9.0 only.
 //
 //   flash_fwd_wgmma<T, D, CAUSAL, GROUPS, BN>
 //                                    D = 64 or 128; 64 queries per warpgroup, GROUPS
@@ -25,34 +28,6 @@
 
 namespace ignis {
 namespace attn {
-
-
-// Rows [r0, r0 + R) x cols [0, D) of a (rows x E) matrix with row stride ldg into a swizzled
-// tile of R rows at s; zeros outside. vec: 16-byte cp.async copies (the caller commits and
-// waits), else element copies.
-template <class T, int R, int D, int THREADS>
-IGNIS_DEV void load_tile_swizzled(unsigned char* s, const T* g, int r0, int rows, int E,
-                                  int64 ldg, bool vec) {
-  if (vec) {
-    constexpr int CH = D / 8;
-    for (int c = threadIdx.x; c < R * CH; c += THREADS) {
-      const int r = c / CH, col = (c % CH) * 8;
-      unsigned char* dst = s + wg::swizzle_offset<R>(r, col);
-      if (r0 + r < rows && col < E) {
-        tc::cp_async_16(dst, g + (int64)(r0 + r) * ldg + col, 16);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
-  } else {
-    for (int c = threadIdx.x; c < R * D; c += THREADS) {
-      const int r = c / D, col = c % D;
-      T val = T{};
-      if (r0 + r < rows && col < E) val = g[(int64)(r0 + r) * ldg + col];
-      *reinterpret_cast<T*>(s + wg::swizzle_offset<R>(r, col)) = val;
-    }
-  }
-}
 
 // acc(64 x N) = A * B^T over K = D: A (this group's 64 rows) and B (N rows) K-major swizzled
 // tiles whose panels hold RA and RB rows.
@@ -129,14 +104,21 @@ constexpr int FWD_KBUF = 2, FWD_VBUF = 3;
 enum FwdBarrier { Q_FULL = 0, K_FULL = 1, V_FULL = K_FULL + FWD_KBUF, K_FREE = V_FULL + FWD_VBUF,
                   V_FREE = K_FREE + FWD_KBUF, FWD_BARRIERS = V_FREE + FWD_VBUF };
 
-// Tile of R rows x D columns from row `row` of head (h, b) of map into the swizzled tile at dst
-// (64-column panels), completing on bar.
+// Copies of a tile of R rows x D columns from row `row` of head (h, b) of map into the swizzled
+// tile at dst (64-column panels), completing R * D * 2 bytes on bar.
+template <int R, int D>
+IGNIS_DEV void tma_copies(unsigned dst, const tma::TensorMap& map, int row, int h, int b,
+                          unsigned bar) {
+#pragma unroll
+  for (int p = 0; p < D / 64; ++p) tma::load_4d(dst + p * R * 128, map, p * 64, row, h, b, bar);
+}
+
+// The same, announced to bar (one arrival) first.
 template <int R, int D>
 IGNIS_DEV void tma_tile(unsigned dst, const tma::TensorMap& map, int row, int h, int b,
                         unsigned bar) {
   tma::arrive_expect_tx(bar, R * D * 2);
-#pragma unroll
-  for (int p = 0; p < D / 64; ++p) tma::load_4d(dst + p * R * 128, map, p * 64, row, h, b, bar);
+  tma_copies<R, D>(dst, map, row, h, b, bar);
 }
 
 // A warp is done with a buffer: one arrival per warp (the wgmma wait before it is warp-wide).
@@ -291,8 +273,8 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
 // ---------------------------------------------------------------------------------------------
 // The fused backward (as flash_bwd_fused_tc: dK, dV and the unscaled float32 dQ sums in dq_acc,
 // zero-filled first). 128 keys per block of two warpgroups (64 each), walking the BM-query tiles
-// that see them (Q, dO, lse and D double-buffered, copied by cp.async while the previous tile is
-// used). Per tile, each group:
+// that see them (Q, dO, lse and D double-buffered, the next tile's copied while one is used: Q
+// and dO by TMA, the rows by cp.async). Per tile, each group:
 //   S^T = K Q^T and dP^T = V dO^T (both operands in shared memory, K-major);
 //   P^T = 2^(S^T scale log2(e) - lse log2(e)), dS^T = P^T (dP^T - D), in registers;
 //   dV += P^T dO and dK += dS^T Q (P^T, dS^T as A fragments; dO, Q read MN-major);
@@ -301,11 +283,13 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
 //   paired float32 reductions.
 template <class T, int D, bool CAUSAL, int BM>
 __global__ void __launch_bounds__(256, 1)
-    flash_bwd_fused_wgmma(const T* __restrict__ q, const T* __restrict__ k,
-                          const T* __restrict__ v, const T* __restrict__ dout,
+    flash_bwd_fused_wgmma(const __grid_constant__ tma::TensorMap qmap,
+                          const __grid_constant__ tma::TensorMap kmap,
+                          const __grid_constant__ tma::TensorMap vmap,
+                          const __grid_constant__ tma::TensorMap domap,
                           const float* __restrict__ lse, const float* __restrict__ dvec,
                           T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
-                          int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0,
+                          int L, int S, int E, float scale, float scale_log2, int64 bh0,
                           Layout lay) {
   static_assert(D == 64 || D == 128, "flash_bwd_fused_wgmma: D is 64 or 128");
   static_assert(BM == 64, "flash_bwd_fused_wgmma: the dS^T tile rows are 64 queries (128 bytes)");
@@ -315,42 +299,63 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* raw = dynamic_smem();
   const unsigned raw_addr = tc::smem_u32addr(raw);
   const unsigned pad = (1024u - (raw_addr & 1023u)) & 1023u;
-  require_smem(pad + 2 * KTILE + 4 * QTILE + DSTILE + 4 * BM * 4);
-  unsigned char* ks = raw + pad;
-  unsigned char* vs = ks + KTILE;
-  unsigned char* qd = vs + KTILE;  // buffer b: Q at qd + 2b QTILE, dO at qd + (2b + 1) QTILE
+  require_smem(pad + 2 * KTILE + 4 * QTILE + DSTILE + 4 * BM * 4 + 3 * 8);
+  unsigned char* qd = raw + pad + 2 * KTILE;  // buffer b: Q at qd + 2b QTILE, dO next to it
   unsigned char* dss = qd + 4 * QTILE;  // dS^T (BN keys x BM queries)
   float* stats = reinterpret_cast<float*>(dss + DSTILE);  // buffer b: lse, D at stats + 2b BM
   const unsigned k_addr = raw_addr + pad, v_addr = k_addr + KTILE, qd_addr = v_addr + KTILE;
   const unsigned ds_addr = qd_addr + 4 * QTILE;
+  // mbarriers: the K and V tiles loaded; the query-side tiles of buffer b loaded (q_full + 8b)
+  const unsigned kv_full = ds_addr + DSTILE + 4 * BM * 4, q_full = kv_full + 8;
 
   const int group = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int t = lane & 3;
+  const bool producer = threadIdx.x == 0;
   const int64 bh = bh0 + blockIdx.y;
+  const int hb = (int)((unsigned)bh / (unsigned)lay.heads), hh = (int)(bh - (int64)hb * lay.heads);
   const int n0 = blockIdx.x * BN;
   const int wk = 64 * group + 16 * warp;  // this warp's first key, relative to n0
   const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
-  const bool vec16 = vec != 0;
-  const T* qb = q + head_offset(lay.q, bh, lay.heads);
-  const T* dob = dout + head_offset(lay.dout, bh, lay.heads);
 
-  auto load_queries = [&](int m, int b) {  // the query-side tiles of [m, m + BM) into buffer b
-    load_tile_swizzled<T, BM, D, THREADS>(qd + 2 * b * QTILE, qb, m, L, E, lay.q.st, vec16);
-    load_tile_swizzled<T, BM, D, THREADS>(qd + (2 * b + 1) * QTILE, dob, m, L, E, lay.dout.st,
-                                          vec16);
-    for (int i = threadIdx.x; i < BM; i += THREADS) {
-      const bool in = m + i < L;
-      stats[2 * b * BM + i] = in ? lse[bh * L + m + i] : 0.f;
-      stats[(2 * b + 1) * BM + i] = in ? dvec[bh * L + m + i] : 0.f;
+  // The query-side tiles of [m, m + BM) into buffer b: Q and dO by TMA (thread 0), the lse and
+  // D rows by 4-byte cp.async (zeros past L).
+  auto load_queries = [&](int m, int b) {
+    if (producer) {
+      const unsigned bar = q_full + 8 * b;
+      tma::arrive_expect_tx(bar, 2 * QTILE);
+      tma_copies<BM, D>(qd_addr + 2 * b * QTILE, qmap, m, hh, hb, bar);
+      tma_copies<BM, D>(qd_addr + (2 * b + 1) * QTILE, domap, m, hh, hb, bar);
+    }
+    for (int i = threadIdx.x; i < 2 * BM; i += THREADS) {  // lse rows, then D rows
+      const int r = i % BM;
+      float* dst = stats + 2 * b * BM + i;
+      if (m + r < L) {
+        tc::cp_async_4(dst, (i < BM ? lse : dvec) + bh * L + m + r);
+      } else {
+        *dst = 0.f;
+      }
     }
   };
 
   const int m_begin = CAUSAL ? max(0, n0 - (S - L)) / BM * BM : 0;  // first query seeing n0
-  load_tile_swizzled<T, BN, D, THREADS>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E,
-                                        lay.k.st, vec16);
-  load_tile_swizzled<T, BN, D, THREADS>(vs, v + head_offset(lay.v, bh, lay.heads), n0, S, E,
-                                        lay.v.st, vec16);
-  if (m_begin < L) load_queries(m_begin, 0);
+  if (producer) {
+    tma::prefetch(qmap);
+    tma::prefetch(domap);
+    tma::barrier_init(kv_full, 1);
+    tma::barrier_init(q_full, 1);
+    tma::barrier_init(q_full + 8, 1);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();
+  if (m_begin < L) {
+    if (producer) {
+      tma::arrive_expect_tx(kv_full, 2 * KTILE);
+      tma_copies<BN, D>(k_addr, kmap, n0, hh, hb, kv_full);
+      tma_copies<BN, D>(v_addr, vmap, n0, hh, hb, kv_full);
+    }
+    load_queries(m_begin, 0);
+    tma::wait(kv_full, 0);
+  }
   tc::cp_async_commit();
 
   float dka[D / 8][4], dva[D / 8][4], s[NT][4], dp[NT][4], dqa[DH / 8][4];
@@ -363,9 +368,11 @@ __global__ void __launch_bounds__(256, 1)
   const unsigned kcol_addr = k_addr + (group * DH / 64) * KPANEL + (group * DH % 64) * 2;
 
   int buf = 0;
-  for (int m0 = m_begin; m0 < L; m0 += BM, buf ^= 1) {
+  for (int m0 = m_begin, u = 0; m0 < L; m0 += BM, buf ^= 1, ++u) {
+    // This tile's copies have landed; and every warp is done with the previous tile, whose
+    // buffers the next copies refill.
+    tma::wait(q_full + 8 * buf, (u >> 1) & 1);
     tc::cp_async_wait<0>();
-    wg::fence_proxy_async();
     __syncthreads();
     const unsigned q_addr = qd_addr + 2 * buf * QTILE, do_addr = q_addr + QTILE;
     const float* lse_s = stats + 2 * buf * BM;
@@ -460,7 +467,6 @@ __global__ void __launch_bounds__(256, 1)
       }
     }
   }
-  tc::cp_async_wait<0>();  // the K and V copies when no query sees these keys
   store_acc<T, D>(dk + head_offset(lay.dk, bh, lay.heads), dka, n0 + wk, S, E, lay.dk.st, scale,
                   scale);
   store_acc<T, D>(dv + head_offset(lay.dv, bh, lay.heads), dva, n0 + wk, S, E, lay.dv.st, 1.f,

@@ -98,6 +98,11 @@ IGNIS_DEV void cp_async_16(void* smem, const void* gmem, int src_bytes) {
                "l"(gmem), "r"(src_bytes)
                : "memory");
 }
+// 4 bytes (a float), 4-byte aligned at both ends.
+IGNIS_DEV void cp_async_4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32addr(smem)), "l"(gmem)
+               : "memory");
+}
 IGNIS_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Wait until at most N of this thread's committed groups are still in flight.
 template <int N> IGNIS_DEV void cp_async_wait() {

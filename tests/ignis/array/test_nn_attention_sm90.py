@@ -20,11 +20,10 @@ import ignis
 from ignis import _sources
 
 CTYPE = {"bfloat16": "ignis::bfloat16", "float16": "ignis::float16"}
-# Bytes of spill stores a Hopper kernel may have: the forward spills none (its copies are the TMA
-# unit's); the backward at head dim 128 spills 224-236 (dK and dV alone take 128 registers) and
-# is still 1.4-1.5x the mma.sync one. A tile that no longer fits spills several hundred (three
-# forward warpgroups at head dim 128: 336).
-SPILL_LIMIT = {"fwd": 0, "bwd": 256}
+# Bytes of spill stores a Hopper kernel may have: the forward spills none and the backward 64 at
+# head dim 128 (dK and dV alone take 128 registers); their copies are the TMA unit's. A tile that
+# no longer fits spills several hundred (three forward warpgroups at head dim 128: 336).
+SPILL_LIMIT = {"fwd": 0, "bwd": 128}
 
 
 def wgmma_name(dtype: str, d: int, causal: bool, n_q: int) -> str:
@@ -154,7 +153,7 @@ def test_forward_without_tensor_maps_takes_the_mma_sync_kernel(fake):  # noqa: F
     assert forward_name(dense, shared, shared) == ("ignis::attn::flash_fwd_tc_m32", 0)
 
 
-@pytest.mark.parametrize("e,d", [(64, 64), (128, 128), (100, 128)])
+@pytest.mark.parametrize("e,d", [(64, 64), (128, 128), (120, 128)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypatch):  # noqa: F811
     b, h, n_q, n_k = 2, 3, 100, 300
@@ -162,6 +161,7 @@ def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypat
     k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")
     lse = ignis.empty((b, h, n_q), dtype="float32", device="cuda:0")
     fake.launches.clear()
+    fake.calls["cuTensorMapEncodeTiled"].clear()
     ignis.nn.attention_backward(q, q, k, k, q, lse, causal=causal, scale=0.5)
     names = [n for n, *_ in fake.launches]
     c = "true" if causal else "false"
@@ -174,20 +174,43 @@ def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypat
     ((_, grid, block, _, args),) = [x for x in fake.launches if x[0] == name]
     assert grid == (3, b * h, 1) and block == (256, 1, 1)  # 300 keys: 3 blocks of 128
     # K and V (128 keys), Q and dO (64 queries) two buffers each, dS^T (128 x 64), 16-bit;
-    # lse and D rows two buffers each, float32; 1 KiB of alignment
-    smem = 1024 + (2 * 128 * d + 4 * 64 * d + 128 * 64) * 2 + 4 * 64 * 4
+    # lse and D rows two buffers each, float32; three mbarriers (64 bytes); 1 KiB of alignment
+    smem = 1024 + (2 * 128 * d + 4 * 64 * d + 128 * 64) * 2 + 4 * 64 * 4 + 64
     assert cuda_attention.wgmma_bwd_smem(d) == smem and smem <= 227 * 1024
     assert (name, smem) in fake.optin
-    # The same arguments as the mma.sync fused backward's (the scratch D rows and dQ sums, and
-    # dk and dv, are new each call).
+    # q, k (as v), grad_out (q here) as tensor maps: a copy is one 64-query or 128-key tile.
+    item = 2
+    assert tensor_map_calls(fake) == [
+        (
+            a.data_ptr,
+            [e, rows, h, b],
+            [e * item, rows * e * item, h * rows * e * item],
+            [64, box, 1, 1],
+            "CU_TENSOR_MAP_SWIZZLE_128B",
+        )
+        for a, rows, box in ((q, n_q, 64), (k, n_k, 128), (k, n_k, 128), (q, n_q, 64))
+    ]
+    assert all(len(a) == 128 for a in args[:4])
+    # The other arguments are the mma.sync fused backward's without the 16-byte copy flag (the
+    # scratch D rows and dQ sums, and dk and dv, are new each call).
     monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)
     fake.launches.clear()
     ignis.nn.attention_backward(q, q, k, k, q, lse, causal=causal, scale=0.5)
     ((other_args),) = [a for n, _, _, _, a in fake.launches if "flash_bwd_fused_tc" in n]
     fresh = (5, 6, 7, 8)
-    assert [a for i, a in enumerate(other_args) if i not in fresh] == [
-        a for i, a in enumerate(args) if i not in fresh
-    ]
+    assert struct.unpack("<i", other_args[14]) == (1,)  # vec
+    mine = [a for i, a in enumerate(args) if i not in fresh][4:]
+    assert mine == [a for i, a in enumerate(other_args) if i not in (*fresh, 14)][4:]
+
+
+def test_backward_without_tensor_maps_takes_the_mma_sync_kernel(fake):  # noqa: F811
+    q = ignis.empty((2, 3, 100, 100), dtype="bfloat16", device="cuda:0")  # 200-byte rows
+    lse = ignis.empty((2, 3, 100), dtype="float32", device="cuda:0")
+    fake.launches.clear()
+    fake.calls["cuTensorMapEncodeTiled"].clear()
+    ignis.nn.attention_backward(q, q, q, q, q, lse, causal=True)
+    assert [n.split("<")[0] for n, *_ in fake.launches][1] == "ignis::attn::flash_bwd_fused_tc"
+    assert fake.calls["cuTensorMapEncodeTiled"] == []
 
 
 def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
@@ -251,8 +274,10 @@ def test_every_hopper_forward_compiles_for_sm90a():
             ], name
             plain = plain[3:]
             kinds = ["pointer"] * 2 + ["int"] * 3 + ["float", "int"]
-        else:
-            kinds = ["pointer"] * 9 + ["int"] * 3 + ["float", "float", "int", "int"]
+        else:  # q, k, v, dout tensor maps, then as the mma.sync backward's
+            assert [p.ctype.split()[-1] for p in plain[:4]] == ["tma::TensorMap"] * 4, name
+            plain = plain[4:]
+            kinds = ["pointer"] * 5 + ["int"] * 3 + ["float", "float", "int"]
         assert [p.kind for p in plain] == kinds, name
         # Layout is declared in the included attention.cu, which the signature reader does not
         # follow: "unknown" then, packed like a struct (its bytes, at the driver's size).
@@ -360,7 +385,9 @@ def test_hopper_backward_matches_reference(dtype, causal, shape, launched, monke
     gh, g = make(rng, (b, h, n_q, e), dtype, "cuda:0")
     out, lse = ignis.nn.attention(q, k, v, causal=causal)
     grads = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
-    assert any(n.startswith("ignis::attn::flash_bwd_fused_wgmma<") for n in launched)
+    # (rows of E = 100 elements are 200 bytes: no tensor maps, the mma.sync backward)
+    hopper = any(n.startswith("ignis::attn::flash_bwd_fused_wgmma<") for n in launched)
+    assert hopper == (e % 8 == 0)
     _, _, want = ref_attention(qh, kh, vh, causal, 1 / math.sqrt(e), grad=gh)
     for name, got, ref in zip(("dq", "dk", "dv"), grads, want, strict=True):
         assert_close(host(got), ref, dtype, name)

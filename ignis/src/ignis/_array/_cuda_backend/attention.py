@@ -12,7 +12,9 @@ gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing eve
 fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. On a
 Hopper GPU (compute capability 9.0) at padded head dims 64 and 128 the forward and the fused
 backward are instead ``flash_fwd_wgmma`` and ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
-warpgroup MMA, :data:`FWD_WGMMA`, :data:`BWD_WGMMA`). The backward pass starts with
+warpgroup MMA, :data:`FWD_WGMMA`, :data:`BWD_WGMMA`), whose q, k, v and grad_out tiles the TMA
+unit copies through tensor maps (:func:`_tma_map`; where TMA cannot read an operand, see
+:func:`_tma_ready`, the ``mma.sync`` kernels run instead). The backward pass starts with
 ``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the tensor-core backward is
 then one pass over key blocks that writes dK and dV and adds dQ into a zero-filled float32
 buffer with atomics (five matrix products per tile pair instead of seven),
@@ -366,7 +368,7 @@ def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], sme
 def uses_wgmma_forward(dtype: str, e: int, device: Any) -> bool:
     """Whether the forward of (dtype, head dim ``e``) on ``device`` runs ``flash_fwd_wgmma``:
     float16 / bfloat16, padded head dim 64 or 128, compute capability 9.0 and
-    :data:`FWD_WGMMA`."""
+    :data:`FWD_WGMMA` (for operands TMA can read: :func:`_tma_ready`)."""
     return FWD_WGMMA and _hopper_case(dtype, e, device)
 
 
@@ -386,9 +388,9 @@ def uses_wgmma_backward(dtype: str, e: int, device: Any) -> bool:
 def wgmma_bwd_smem(d: int) -> int:
     """Dynamic shared memory (bytes) of ``flash_bwd_fused_wgmma`` at padded head dim ``d``: the
     K and V tiles, Q and dO tiles and the float32 lse and D rows two buffers each, the dS^T tile,
-    plus 1024 bytes to align the swizzled tiles."""
+    three mbarriers (64 bytes), plus 1024 bytes to align the swizzled tiles."""
     n, m = _WG_BWD_KEYS, _WG_BWD_QUERIES
-    return 1024 + (2 * n * d + 4 * m * d + n * m) * 2 + 4 * m * 4
+    return 1024 + (2 * n * d + 4 * m * d + n * m) * 2 + 4 * m * 4 + 64
 
 
 def wgmma_fwd_tiles(d: int, causal: bool, n_q: int) -> tuple[int, int]:
@@ -665,14 +667,19 @@ def _backward_fused(
     n = bh * n_q * e
     dq_acc = _temp(backend, (n,), dt.float32)
     backend.fill(dq_acc, 0.0)
-    vec = _vec(e, q, k, v, grad_out)
-    name, keys, threads = names["bwd_fused"], tiles.keys, tiles.threads
-    smem = dkdv_smem(tiles, d, fused=True)
-    if uses_wgmma_backward(q.dtype.name, e, backend.gpu):
-        name, keys, threads = names["bwd_fused_wgmma"], _WG_BWD_KEYS, 256
+    sizes = [n_q, n_k, e, scale, scale * LOG2E]
+    if uses_wgmma_backward(q.dtype.name, e, backend.gpu) and _tma_ready(e, q, k, v, grad_out):
+        # q, k, v, grad_out as tensor maps (boxes of one query / key tile); no vec flag
+        n, m = _WG_BWD_KEYS, _WG_BWD_QUERIES
+        inputs = [_tma_map(backend, q, m), _tma_map(backend, k, n), _tma_map(backend, v, n)]
+        inputs += [_tma_map(backend, grad_out, m), ptr(lse), ptr(dvec)]
+        name, keys, threads = names["bwd_fused_wgmma"], n, 256
         smem = wgmma_bwd_smem(d)
-    inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
-    sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
+    else:
+        inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
+        sizes.append(_vec(e, q, k, v, grad_out))
+        name, keys, threads = names["bwd_fused"], tiles.keys, tiles.threads
+        smem = dkdv_smem(tiles, d, fused=True)
     for bh0, count in _bh_chunks(bh):
         args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
         _launch(backend, name, (_ceil(n_k, keys), count), threads, args, smem)
