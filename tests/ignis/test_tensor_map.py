@@ -25,6 +25,12 @@ class Recorder:
         return m
 
 
+@pytest.fixture(autouse=True)
+def empty_cache(monkeypatch):
+    """Each test starts without kept maps (and leaves none)."""
+    monkeypatch.setattr(_tensor_map, "_cache", {})
+
+
 def test_tiled_asks_the_driver_for_the_map_and_returns_its_128_bytes(monkeypatch):
     rec = Recorder()
     monkeypatch.setattr(_tensor_map, "cu", rec)
@@ -43,6 +49,24 @@ def test_tiled_asks_the_driver_for_the_map_and_returns_its_128_bytes(monkeypatch
     assert oob == driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE  # zeros
     _tensor_map.tiled(0x7000, "float32", (8,), (), (8,), swizzle=0)
     assert rec.calls[-1][8] == driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE
+
+
+def test_the_same_arguments_reuse_the_kept_map(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(_tensor_map, "cu", rec)
+    monkeypatch.setattr(_tensor_map, "CACHE_ENTRIES", 3)
+    args = ("bfloat16", (64, 300, 3, 2), [128, 38400, 115200], (64, 128, 1, 1))
+    first = _tensor_map.tiled(0x7000, *args)
+    assert _tensor_map.tiled(0x7000, *args) == first and len(rec.calls) == 1  # lists or tuples
+    _tensor_map.tiled(0x8000, *args)  # another address: another map
+    _tensor_map.tiled(0x7000, "bfloat16", (64, 300, 3, 2), (128, 38400, 115200), (64, 64, 1, 1))
+    assert len(rec.calls) == 3
+    _tensor_map.tiled(0x9000, *args)  # a fourth map: the oldest (0x7000, box 128) goes
+    assert len(_tensor_map._cache) == 3
+    _tensor_map.tiled(0x8000, *args)
+    assert len(rec.calls) == 4
+    _tensor_map.tiled(0x7000, *args)
+    assert len(rec.calls) == 5
 
 
 @pytest.mark.parametrize(

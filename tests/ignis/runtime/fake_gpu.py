@@ -22,6 +22,7 @@ import ignis._device as device_module
 import ignis._kernel as kernel_module
 import ignis._memory as memory_module
 import ignis._stream as stream_module
+import ignis._tensor_map as tensor_map_module
 import pytest
 from ignis._arg_packing import ArgPacker
 from ignis._array import _backend
@@ -153,6 +154,7 @@ def install(
     monkeypatch.setattr(memory_module, "_stats", {})
     monkeypatch.setattr(memory_module, "_logs", {})
     monkeypatch.setattr(memory_module, "CACHE_BYTES", cache_bytes)
+    monkeypatch.setattr(tensor_map_module, "_cache", {})  # maps of earlier fakes' addresses
     monkeypatch.setattr(stream_module, "_default_streams", {})
     monkeypatch.setattr(stream_module._tls, "streams", {}, raising=False)
     # Kernels: parsed from the library source, "loaded" without a driver, launched into a recorder.
