@@ -237,20 +237,23 @@ def test_other_cases_keep_the_mma_sync_forward(fake, monkeypatch):  # noqa: F811
 
 
 def all_wgmma_names() -> list[str]:
-    """The Hopper forward and backward of every (dtype, head dim, causal)."""
-    names = [
-        name
+    """The Hopper forward of every (dtype, head dim, causal) with its tiles (and the short causal
+    ones), and the Hopper backward of each."""
+    forwards = [
+        cuda_attention.wgmma_fwd_name(dtype, d, causal, tiles)
         for dtype in CTYPE
         for d in cuda_attention.WGMMA_TILES
         for causal in (False, True)
-        for key, name in cuda_attention.kernel_names(dtype, d, causal).items()
-        if key in ("fwd_wgmma", "bwd_fused_wgmma")
+        for tiles in {
+            cuda_attention.wgmma_fwd_tiles(d, causal, 2**31),  # long: WGMMA_TILES
+            cuda_attention.wgmma_fwd_tiles(d, causal, 1),  # short
+        }
     ]
-    short = cuda_attention.WGMMA_SHORT_CAUSAL_TILES
-    return names + [
-        cuda_attention.wgmma_fwd_name(dtype, d, True, tiles)
+    return forwards + [
+        cuda_attention.kernel_names(dtype, d, causal)["bwd_fused_wgmma"]
         for dtype in CTYPE
-        for d, (_, tiles) in short.items()
+        for d in cuda_attention.WGMMA_TILES
+        for causal in (False, True)
     ]
 
 

@@ -290,8 +290,7 @@ def kernel_names(
         dkdv = f"ignis::attn::flash_bwd_dkdv_tc<{t}, {d}, {c}, {tiles}>"
         extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}, {tiles}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
-        if d in WGMMA_TILES:
-            extra["fwd_wgmma"] = wgmma_fwd_name(dtype, d, causal, WGMMA_TILES[d])
+        if d in WGMMA_TILES:  # (the Hopper forward's tiles depend on the call: wgmma_fwd_name)
             extra["bwd_fused_wgmma"] = (
                 f"ignis::attn::flash_bwd_fused_wgmma<{t}, {d}, {c}, {_WG_BWD_QUERIES}>"
             )
@@ -408,11 +407,11 @@ def wgmma_fwd_name(dtype: str, d: int, causal: bool, tiles: tuple[int, int]) -> 
     return f"ignis::attn::flash_fwd_wgmma<{CTYPE[dtype]}, {d}, {c}, {tiles[0]}, {tiles[1]}>"
 
 
-def wgmma_fwd_smem(d: int, tiles: tuple[int, int] | None = None) -> int:
+def wgmma_fwd_smem(d: int, tiles: tuple[int, int]) -> int:
     """Dynamic shared memory (bytes) of ``flash_fwd_wgmma`` at padded head dim ``d`` with
-    ``tiles`` (default ``WGMMA_TILES[d]``): the Q tile, two K and three V tile buffers, 16-bit,
+    ``tiles`` (:func:`wgmma_fwd_tiles`): the Q tile, two K and three V tile buffers, 16-bit,
     their mbarriers, plus 1024 bytes to align the swizzled tiles."""
-    groups, keys = tiles or WGMMA_TILES[d]
+    groups, keys = tiles
     return 1024 + (64 * groups + (_WG_FWD_KBUF + _WG_FWD_VBUF) * keys) * d * 2 + _WG_FWD_BARRIERS
 
 
@@ -506,8 +505,7 @@ def forward(
     if wgmma:
         tiles = wgmma_fwd_tiles(d, causal, n_q)
         groups, keys = tiles
-        maps = [_tma_map(backend, q, 64 * groups), _tma_map(backend, k, keys)]
-        maps.append(_tma_map(backend, v, keys))
+        maps = [_tma_map(backend, a, rows) for a, rows in ((q, 64 * groups), (k, keys), (v, keys))]
     for bh0, count in _bh_chunks(bh):
         if wgmma:  # tensor maps in place of q, k, v; no vec flag
             args = [*maps, ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, bh0, lay]
