@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ._bindings import check, cu, driver, ensure_driver, is_out_of_memory
+from . import _stream
+from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
 from ._device import Device, activate, current_device
 
 # activate() keeps the thread's active device here; allocation and free read it inline to skip
@@ -272,8 +273,9 @@ class AsyncMemoryResource(MemoryResource):
         )
 
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
-        # A block from the cache needs neither the driver nor the device's context: this is the
-        # path of most array results, so it skips the general checks (which it has passed).
+        # A block from the cache needs neither the driver nor the device's context, so it skips
+        # the general checks (which it has passed). Array results take the same path, inline,
+        # in _result_block.
         if type(nbytes) is int and getattr(stream, "_legacy", False):  # (None: no _legacy)
             device = self.device
             blocks = self._cache.get(nbytes)
@@ -284,20 +286,7 @@ class AsyncMemoryResource(MemoryResource):
                     pass
                 else:
                     self._cached_bytes -= nbytes
-                    # _recorded_buffer, inline (its twin): most array results come from here.
-                    log = _logs.get(device.ordinal)
-                    if log is None:
-                        log = _log(device.ordinal)
-                    log.append(nbytes)
-                    if len(log) > _FOLD_AT:
-                        _fold_soon(device.ordinal)
-                    buf = _new_object(Buffer)
-                    buf.ptr = ptr
-                    buf.nbytes = nbytes
-                    buf.device = device
-                    buf.stream = stream
-                    buf._resource = self
-                    return buf
+                    return _recorded_buffer(self, ptr, nbytes, device, stream)
         return MemoryResource.allocate(self, nbytes, stream)
 
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
@@ -434,7 +423,7 @@ def _recorded_buffer(
     resource: MemoryResource, ptr: int, nbytes: int, device: Device, stream: Stream
 ) -> Buffer:
     """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats).
-    (AsyncMemoryResource.allocate has a copy inline, for blocks from its cache.)"""
+    (_result_block has a copy inline, for array results from the block cache.)"""
     log = _logs.get(device.ordinal)
     if log is None:
         log = _log(device.ordinal)
@@ -590,6 +579,57 @@ def alloc(nbytes: int, device: int | Device | None = None, stream: Stream | None
     resource = _resources.get(device.ordinal) if type(device) is Device else None
     if resource is None:
         resource = get_memory_resource(device)
+    return resource.allocate(nbytes, stream)
+
+
+def _result_block(nbytes: int, device: Device) -> Buffer:
+    """``alloc(nbytes, device, current_stream(device))``: the block of an array op's result.
+
+    Every array op on a GPU allocates its result here (``CudaBackend.alloc``), so the common
+    case is one call: a block of the size from the block cache of the device's
+    AsyncMemoryResource, on the thread's current stream when that is the legacy default
+    stream (see AsyncMemoryResource). Two lookups run inline for it: ``current_stream``'s
+    (the thread's stream table, then the device's default stream; read through ``_stream`` at
+    each call, as the resources are, since either table may have been replaced since import)
+    and ``_recorded_buffer``. Anything else takes ``alloc``, with all its checks.
+
+    Example: ``_result_block(4000, ignis.Device(0))`` -> a Buffer of 4000 bytes on cuda:0.
+    """
+    ordinal = device.ordinal
+    try:
+        stream = _stream._tls.streams.get(ordinal)
+    except AttributeError:  # the thread's first stream lookup: current_stream makes its table
+        stream = current_stream(device)
+    if stream is None:
+        stream = _stream._default_streams.get(ordinal)
+        if stream is None:
+            stream = current_stream(device)
+    resource = _resources.get(ordinal)
+    if resource.__class__ is AsyncMemoryResource and getattr(stream, "_legacy", False):
+        blocks = resource._cache.get(nbytes)
+        if blocks and stream.device is device is resource.device:
+            try:
+                ptr = blocks.pop()  # atomic: another thread may have taken the last one
+            except IndexError:
+                pass
+            else:
+                resource._cached_bytes -= nbytes
+                # _recorded_buffer, inline (its twin)
+                log = _logs.get(ordinal)
+                if log is None:
+                    log = _log(ordinal)
+                log.append(nbytes)
+                if len(log) > _FOLD_AT:
+                    _fold_soon(ordinal)
+                buf = _new_object(Buffer)
+                buf.ptr = ptr
+                buf.nbytes = nbytes
+                buf.device = device
+                buf.stream = stream
+                buf._resource = resource
+                return buf
+    if resource is None or not _init_state["ok"]:
+        return alloc(nbytes, device=device, stream=stream)
     return resource.allocate(nbytes, stream)
 
 

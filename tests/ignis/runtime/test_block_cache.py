@@ -134,3 +134,60 @@ def test_a_hand_built_stream_object_is_not_taken_for_the_legacy_stream(gpu) -> N
     buf = ignis.alloc(128, stream=bare)
     buf.close()
     assert [int(h) for _, h in gpu.calls["cuMemFreeAsync"]] == [0x6300]
+
+
+# --- _result_block: the allocation of every array op's result ------------------------------------
+
+
+def test_a_result_block_comes_from_the_cache_on_the_current_legacy_stream(gpu) -> None:
+    buf = ignis.alloc(4000)
+    ptr = buf.ptr
+    buf.close()
+    before = ignis.memory_stats(0)
+    result = memory_module._result_block(4000, gpu.device)
+    assert result.ptr == ptr and result.nbytes == 4000
+    assert result.stream is ignis.default_stream(gpu.device) and result.device is gpu.device
+    assert calls(gpu, "cuMemAllocAsync") == 1  # the first block only
+    after = ignis.memory_stats(0)
+    assert after["allocation_count"] == before["allocation_count"] + 1
+    assert after["current_bytes"] == before["current_bytes"] + 4000
+    assert ignis.get_memory_resource(0).cached_bytes == 0
+    result.close()  # back to the cache, not the driver
+    assert calls(gpu, "cuMemFreeAsync") == 0 and ignis.memory_stats(0)["current_bytes"] == 0
+
+
+def test_a_result_block_on_another_stream_comes_from_the_driver_there(gpu) -> None:
+    ignis.alloc(4000).close()  # a cached block of the size, for the legacy stream only
+    stream = ignis.Stream.from_handle(0x6400, gpu.device)
+    with stream:
+        result = memory_module._result_block(4000, gpu.device)
+    assert result.stream is stream
+    assert [int(h) for _, h in gpu.calls["cuMemAllocAsync"]] == [0, 0x6400]
+    assert ignis.get_memory_resource(0).cached_bytes == 4000  # left for the legacy stream
+
+
+def test_a_result_block_under_a_hand_built_stream_goes_to_the_driver(gpu) -> None:
+    ignis.alloc(256).close()
+    bare = object.__new__(ignis.Stream)  # no _legacy attribute: not taken for the legacy stream
+    bare.device, bare.handle = gpu.device, driver.CUstream(0x6500)
+    with bare:
+        result = memory_module._result_block(256, gpu.device)
+    assert result.stream is bare
+    assert [int(h) for _, h in gpu.calls["cuMemAllocAsync"]] == [0, 0x6500]
+
+
+def test_a_result_block_comes_from_the_resource_set_for_the_device(gpu) -> None:
+    ignis.alloc(512).close()  # a cached block of the default resource
+
+    class Counting(ignis.AsyncMemoryResource):  # a resource class of the user's: its allocate
+        sizes: list[int] = []
+
+        def allocate(self, nbytes, stream=None):
+            self.sizes.append(nbytes)
+            return super().allocate(nbytes, stream)
+
+    mine = Counting(0)
+    ignis.set_memory_resource(mine, 0)
+    result = memory_module._result_block(512, gpu.device)
+    assert result._resource is mine and Counting.sizes == [512]
+    assert calls(gpu, "cuMemAllocAsync") == 2  # from the driver: the old cache is not its own

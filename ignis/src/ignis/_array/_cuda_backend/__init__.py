@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import _memory, _stream
-from ..._bindings import _init_state
 from ..._device import Device
-from ..._memory import Buffer, alloc, memcpy
+from ..._memory import Buffer, _result_block, memcpy
 from ..._stream import Event, Stream, current_stream
 from .._backend import Backend
 from .._device import ArrayDevice
@@ -61,29 +59,10 @@ class CudaBackend(Backend):
 
     # --- memory --------------------------------------------------------------------------------
 
-    # ``alloc`` runs for every op result, so it goes to the device's memory resource directly
-    # when there is one, reading ``_memory._resources`` through the module at each call (a table
-    # bound at import could have been replaced since, and hold a resource of another Device
-    # object for the same ordinal). The resource's ``allocate`` keeps every check; anything out
-    # of the ordinary (no resource yet, the driver not initialized) takes ``ignis.alloc``.
-    # The stream is ``current_stream(gpu)``, its common cases inline (its twin in ignis._stream:
-    # the thread's stream table, then the device's default stream; the tables read through
-    # the module for the same reason as the resources').
     def alloc(self, nbytes: int) -> Buffer:
-        gpu = self.gpu
-        ordinal = gpu.ordinal
-        try:
-            stream = _stream._tls.streams.get(ordinal)
-        except AttributeError:  # the thread's first stream lookup: current_stream makes its table
-            stream = current_stream(gpu)
-        if stream is None:
-            stream = _stream._default_streams.get(ordinal)
-            if stream is None:
-                stream = current_stream(gpu)
-        resource = _memory._resources.get(ordinal)
-        if resource is None or not _init_state["ok"]:
-            return alloc(nbytes, device=gpu, stream=stream)
-        return resource.allocate(nbytes, stream)
+        # Every op result is allocated here: ignis._memory._result_block is that path in one
+        # call (the block cache of the device's resource, on the current stream).
+        return _result_block(nbytes, self.gpu)
 
     def storage_nbytes(self, storage: Any) -> int:
         return int(storage.nbytes)

@@ -3,11 +3,11 @@
 The front end remembers a plan per (op, dtypes, shapes) and, when the backend offers one, keeps
 a *direct* function with it (see ``Backend.binary_direct``). Here that function takes the
 operands of a repeated dense op (``a + b`` on same-dtype arrays, ``a * 2.0``, ``exp(a)``,
-``a.sum()``) straight to the two things that need doing: a block from ``CudaBackend.alloc`` (on
-the current stream, which the block records), and the kernel's prepared launch
-(``Kernel._prepared``). Everything the general path would decide again is fixed when the
-function is made: the kernel family, the result's layout, the scalar conversion, the keys of
-the alignment cases.
+``a.sum()``) straight to the two things that need doing: a block from ``CudaBackend.alloc``'s
+one call, ``ignis._memory._result_block`` (on the current stream, which the block records),
+and the kernel's prepared launch (``Kernel._prepared``). Everything the general path would
+decide again is fixed when the function is made: the kernel family, the result's layout, the
+scalar conversion, the keys of the alignment cases.
 
 The front end keeps a direct function per backend and calls it with operands of that backend
 only. It returns None, and the front end takes its general path, for operands whose strides
@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..._memory import _result_block
 from .. import _creation, _layout
 from . import elementwise as ew
 from . import reduction
@@ -78,17 +79,21 @@ def binary_direct(
         (op, cname, dtype.name, form, 16 // dtype.itemsize, ordinal, n),
     )
     launches: list[Any] = [None, None]  # their prepared launches, once they exist
-    alloc, general, adopt = backend.alloc, ew.binary, _creation.adopt
+    alloc, gpu, general, adopt = _result_block, backend.gpu, ew.binary, _creation.adopt
 
     if form == 0:
 
         def direct(a: Any, b: Any) -> NvArray | None:
             if a._strides != strides or b._strides != strides:
                 return None
-            buffer = alloc(nbytes)
+            buffer = alloc(nbytes, gpu)
             stream = buffer.stream
             out = adopt(buffer, shape, strides, dtype, a._device, backend, stream)
-            po, pa, pb = buffer.ptr, a._storage.ptr + a._offset, b._storage.ptr + b._offset
+            po, pa, pb = buffer.ptr, a._storage.ptr, b._storage.ptr
+            if a._offset:  # (most operands start their storage: no big-int addition then)
+                pa += a._offset
+            if b._offset:
+                pb += b._offset
             aligned = not (po | pa | pb) & 15
             launch = launches[aligned] or _fast_launch(launches, keys, aligned)
             if launch is None:
@@ -104,10 +109,12 @@ def binary_direct(
             x, value = (b, a) if scalar_first else (a, b)
             if x._strides != strides:
                 return None
-            buffer = alloc(nbytes)
+            buffer = alloc(nbytes, gpu)
             stream = buffer.stream
             out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
-            po, px = buffer.ptr, x._storage.ptr + x._offset
+            po, px = buffer.ptr, x._storage.ptr
+            if x._offset:
+                px += x._offset
             aligned = not (po | px) & 15
             launch = launches[aligned] or _fast_launch(launches, keys, aligned)
             if launch is None:
@@ -144,16 +151,18 @@ def unary_direct(
         (functor, compute.name, dtype.name, x_dtype.name, 16 // dtype.itemsize, ordinal, n),
     )
     launches: list[Any] = [None, None]
-    alloc, general, adopt = backend.alloc, ew.unary, _creation.adopt
+    alloc, gpu, general, adopt = _result_block, backend.gpu, ew.unary, _creation.adopt
     no_params: dict[str, Any] = {}
 
     def direct(x: Any) -> NvArray | None:
         if x._strides != strides:
             return None
-        buffer = alloc(nbytes)
+        buffer = alloc(nbytes, gpu)
         stream = buffer.stream
         out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
-        po, px = buffer.ptr, x._storage.ptr + x._offset
+        po, px = buffer.ptr, x._storage.ptr
+        if x._offset:
+            px += x._offset
         aligned = not (po | px) & 15
         launch = launches[aligned] or _fast_launch(launches, keys, aligned)
         if launch is None:
@@ -189,15 +198,17 @@ def reduce_direct(
     # Alignment case ((x address % 16) | (out address % 16) << 4) -> (launch, arguments, the
     # tuning knobs it was planned under), or False: the case's recipe is not one launch.
     replays: dict[int, Any] = {}
-    alloc, general, adopt = backend.alloc, reduction.reduce, _creation.adopt
+    alloc, general, adopt = _result_block, reduction.reduce, _creation.adopt
     knobs, device = reduction._knobs, backend.gpu
 
     def direct(x: Any) -> NvArray | None:
         if x._strides != x_strides:
             return None
-        buffer = alloc(nbytes)
+        buffer = alloc(nbytes, device)
         stream = buffer.stream
-        px, po = x._storage.ptr + x._offset, buffer.ptr
+        px, po = x._storage.ptr, buffer.ptr
+        if x._offset:
+            px += x._offset
         case = (px & 15) | (po & 15) << 4
         replay = replays.get(case)
         if replay and replay[2] == knobs():
