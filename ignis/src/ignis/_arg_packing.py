@@ -47,16 +47,15 @@ give exactly the same bytes.
 from __future__ import annotations
 
 import ctypes
-import functools
 import math
 import struct
-import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from ._codegen import build_function
 from ._errors import LaunchError
 from ._signature import Param
 
@@ -496,46 +495,31 @@ def _pack_lines(packer: ArgPacker) -> list[str]:
     return lines + block_lines(packer, "args")
 
 
-def block_lines(packer: ArgPacker, args: str) -> list[str]:
-    """The lines of :func:`_pack_lines` that take a block and write the converted values
-    ``v0 .. v<n-1>`` into it (``packed``); ``args`` is the expression an out-of-range error
-    reports. Shared with launches whose caller passes converted values (see
-    ``Kernel._prepared``)."""
+def block_lines(packer: ArgPacker, args: str, values: Sequence[str] | None = None) -> list[str]:
+    """The lines of :func:`_pack_lines` that take a block and write the converted values into
+    it (``packed``): ``values``, one expression per parameter (default ``v0 .. v<n-1>``);
+    ``args`` is the expression an out-of-range error reports. Shared with launches whose
+    caller passes converted values (see ``Kernel._prepared`` and ``Kernel._prepared_lines``)."""
     layout = packer._layout
     assert layout is not None and packer._count
-    values = ", ".join(f"v{i}" for i in range(packer._count))
+    if values is None:
+        values = [f"v{i}" for i in range(packer._count)]
+    elif len(values) != packer._count:
+        raise LaunchError(
+            f"kernel {packer.kernel_name!r}: {len(values)} values for {packer._count} parameters"
+        )
+    listed = ", ".join(values)
     return [
         "try:",
         "    packed = take_block()",
         "except IndexError:  # every pooled block is in use (other threads, nested launches)",
         "    packed = new_block()",
         "try:",
-        f"    pack_values(packed[0], {layout.table_bytes}, {values})",
+        f"    pack_values(packed[0], {layout.table_bytes}, {listed})",
         "except (struct_error, OverflowError):  # a value out of its type's range",
         "    release_block(packed)",
         f"    raise out_of_range({args}) from None",
     ]
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(source: str, filename: str) -> types.CodeType:
-    # The same kernel loaded again (another device, another Kernel object) compiles once.
-    return compile(source, filename, "exec")
-
-
-def build_function(
-    name: str, signature: str, body: Sequence[str], names: dict[str, Any], filename: str
-) -> tuple[str, Callable[..., Any]]:
-    """Compile ``def name(signature): body`` with ``names`` as its globals: ``(source, function)``.
-
-    Used for code generated from a kernel's signature; ``filename`` shows in tracebacks.
-    """
-    source = f"def {name}({signature}):\n" + "".join(f"    {line}\n" for line in body)
-    namespace = dict(names)
-    exec(_compiled(source, filename), namespace)  # noqa: S102 - generated above
-    # Taken out of its own globals: a function there would keep itself (and whatever its
-    # globals hold) alive until the cycle collector runs.
-    return source, namespace.pop(name)
 
 
 def _converter(p: Param, label: str) -> Converter:

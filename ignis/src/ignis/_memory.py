@@ -36,6 +36,7 @@ import numpy as np
 
 from . import _stream
 from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
+from ._codegen import build_function
 from ._device import Device, activate, current_device
 
 # activate() keeps the thread's active device here; allocation and free read it inline to skip
@@ -275,7 +276,7 @@ class AsyncMemoryResource(MemoryResource):
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
         # A block from the cache needs neither the driver nor the device's context, so it skips
         # the general checks (which it has passed). Array results take the same path inline, in
-        # _result_block (its twin: a change to this path is a change there too).
+        # RESULT_BLOCK_LINES (its twin: a change to this path is a change there too).
         if type(nbytes) is int and getattr(stream, "_legacy", False):  # (None: no _legacy)
             device = self.device
             blocks = self._cache.get(nbytes)
@@ -423,7 +424,7 @@ def _recorded_buffer(
     resource: MemoryResource, ptr: int, nbytes: int, device: Device, stream: Stream
 ) -> Buffer:
     """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats).
-    (_result_block has a copy inline, for array results from the block cache.)"""
+    (RESULT_BLOCK_LINES have a copy, for array results from the block cache.)"""
     log = _logs.get(device.ordinal)
     if log is None:
         log = _log(device.ordinal)
@@ -582,59 +583,95 @@ def alloc(nbytes: int, device: int | Device | None = None, stream: Stream | None
     return resource.allocate(nbytes, stream)
 
 
-def _result_block(nbytes: int, device: Device) -> Buffer:
-    """``alloc(nbytes, device, current_stream(device))``: the block of an array op's result.
+# The allocation of an array op's result, as lines of code (see ignis._codegen): _result_block
+# is built from them, and the CUDA backend's direct functions run them inline. In: ``nbytes``,
+# ``device`` and its ``ordinal``. Out: ``buffer``, its ``ptr`` and ``stream``, the thread's
+# current stream of the device, which the block records. Other locals they assign: ``resource``,
+# ``blocks``, ``log``.
+#
+# The common case runs here without a call: a block of the size from the block cache of the
+# device's AsyncMemoryResource, when the current stream is the legacy default stream. Three
+# pieces are twins of their originals, for that: current_stream's lookup (the thread's stream
+# table, then the device's default stream), the cache path of AsyncMemoryResource.allocate and
+# _recorded_buffer. Anything else takes the resource's ``allocate`` (``alloc`` where the device
+# has no resource yet or the driver is not ready), with all its checks. The tables are read
+# through their modules at each call: tests and device switches replace them.
+RESULT_BLOCK_LINES = (
+    "try:",
+    "    stream = stream_tables._tls.streams.get(ordinal)",
+    "except AttributeError:  # the thread's first stream lookup: current_stream makes its table",
+    "    stream = current_stream(device)",
+    "if stream is None:",
+    "    stream = stream_tables._default_streams.get(ordinal)",
+    "    if stream is None:",
+    "        stream = current_stream(device)",
+    "resource = memory._resources.get(ordinal)",
+    "buffer = None",
+    "if resource.__class__ is AsyncMemoryResource and getattr(stream, '_legacy', False):",
+    "    # AsyncMemoryResource.allocate's cache path (its twin)",
+    "    blocks = resource._cache.get(nbytes)",
+    "    if blocks and stream.device is device is resource.device:",
+    "        try:",
+    "            ptr = blocks.pop()  # atomic: another thread may have taken the last one",
+    "        except IndexError:",
+    "            pass",
+    "        else:",
+    "            resource._cached_bytes -= nbytes",
+    "            # _recorded_buffer (its twin)",
+    "            log = memory._logs.get(ordinal)",
+    "            if log is None:",
+    "                log = new_log(ordinal)",
+    "            log.append(nbytes)",
+    "            if len(log) > memory._FOLD_AT:",
+    "                fold_soon(ordinal)",
+    "            buffer = new_object(Buffer)",
+    "            buffer.ptr = ptr",
+    "            buffer.nbytes = nbytes",
+    "            buffer.device = device",
+    "            buffer.stream = stream",
+    "            buffer._resource = resource",
+    "if buffer is None:",
+    "    if resource is None or not init_state['ok']:",
+    "        buffer = alloc(nbytes, device=device, stream=stream)",
+    "    else:",
+    "        buffer = resource.allocate(nbytes, stream)",
+    "    ptr = buffer.ptr",
+    "    stream = buffer.stream",
+)
 
-    Every array op on a GPU allocates its result here (``CudaBackend.alloc``), so the common
-    case is one call: a block of the size from the block cache of the device's
-    AsyncMemoryResource, on the thread's current stream when that is the legacy default
-    stream (see AsyncMemoryResource). Three pieces run inline for it, each a twin of its
-    original (measured: a call each costs the op a few percent of its host time):
-    ``current_stream``'s lookup (the thread's stream table, then the device's default stream;
-    read through ``_stream`` at each call, as the resources are, since either table may have
-    been replaced since import), the cache path of ``AsyncMemoryResource.allocate`` and
-    ``_recorded_buffer``. Anything else takes the resource's ``allocate`` (``alloc`` where the
-    device has no resource yet or the driver is not ready), with all its checks.
 
-    Example: ``_result_block(4000, ignis.Device(0))`` -> a Buffer of 4000 bytes on cuda:0.
-    """
-    ordinal = device.ordinal
-    try:
-        stream = _stream._tls.streams.get(ordinal)
-    except AttributeError:  # the thread's first stream lookup: current_stream makes its table
-        stream = current_stream(device)
-    if stream is None:
-        stream = _stream._default_streams.get(ordinal)
-        if stream is None:
-            stream = current_stream(device)
-    resource = _resources.get(ordinal)
-    if resource.__class__ is AsyncMemoryResource and getattr(stream, "_legacy", False):
-        # AsyncMemoryResource.allocate's cache path, inline (its twin)
-        blocks = resource._cache.get(nbytes)
-        if blocks and stream.device is device is resource.device:
-            try:
-                ptr = blocks.pop()  # atomic: another thread may have taken the last one
-            except IndexError:
-                pass
-            else:
-                resource._cached_bytes -= nbytes
-                # _recorded_buffer, inline (its twin)
-                log = _logs.get(ordinal)
-                if log is None:
-                    log = _log(ordinal)
-                log.append(nbytes)
-                if len(log) > _FOLD_AT:
-                    _fold_soon(ordinal)
-                buf = _new_object(Buffer)
-                buf.ptr = ptr
-                buf.nbytes = nbytes
-                buf.device = device
-                buf.stream = stream
-                buf._resource = resource
-                return buf
-    if resource is None or not _init_state["ok"]:
-        return alloc(nbytes, device=device, stream=stream)
-    return resource.allocate(nbytes, stream)
+def result_block_names() -> dict[str, Any]:
+    """The globals :data:`RESULT_BLOCK_LINES` use, besides ``nbytes``, ``device`` and
+    ``ordinal``."""
+    return {
+        "stream_tables": _stream,
+        "memory": sys.modules[__name__],
+        "current_stream": current_stream,
+        "AsyncMemoryResource": AsyncMemoryResource,
+        "new_log": _log,
+        "fold_soon": _fold_soon,
+        "new_object": _new_object,
+        "Buffer": Buffer,
+        "init_state": _init_state,
+        "alloc": alloc,
+    }
+
+
+_result_block: Any = build_function(
+    "_result_block",
+    "nbytes, device",
+    ["ordinal = device.ordinal", *RESULT_BLOCK_LINES, "return buffer"],
+    result_block_names(),
+    "<ignis result block>",
+)[1]
+_result_block.__doc__ = """``alloc(nbytes, device, current_stream(device))``: the block of an
+array op's result, built from :data:`RESULT_BLOCK_LINES` (see there).
+
+Every array op on a GPU allocates its result here (``CudaBackend.alloc``) or runs the same
+lines inline (the CUDA backend's direct functions).
+
+Example: ``_result_block(4000, ignis.Device(0))`` -> a Buffer of 4000 bytes on cuda:0.
+"""
 
 
 def _free_pinned(device: Device, ptr: int) -> None:

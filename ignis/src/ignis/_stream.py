@@ -193,7 +193,7 @@ def current_stream(device: int | Device | None = None) -> Stream:
     else the device's default stream."""
     # Every array op asks this (to allocate, then to launch): a Device argument and a thread
     # that has its stream table take no call beyond two dict lookups. (ignis._memory's
-    # _result_block has this lookup inline, its twin, for the allocation of op results.)
+    # RESULT_BLOCK_LINES have this lookup inline, its twin, for the allocation of op results.)
     dev = device if device.__class__ is Device else (
         current_device() if device is None else Device(device)
     )

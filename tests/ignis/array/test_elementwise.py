@@ -292,6 +292,34 @@ def test_scalar_rules_examples(device: str) -> None:
         ignis.add(1, 2)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_python_floats_beyond_float32_range(device: str, dtype: str, rng) -> None:
+    # A Python float operand is cast to the op's dtype as NumPy's float32() / float64() cast
+    # it (the half types compute in float32): beyond float32's range it is infinity, never an
+    # error. Each op runs three times: the GPU's first call and its one-call path after it.
+    x = random_array(rng, (1000,), dtype)
+    a = NvArray.from_host(x, device=device)
+    cast = float(np.float64(1e39) if dtype == "float64" else np.float32(np.inf))
+    cases = {
+        "a * 1e39": (lambda: a * 1e39, lambda h: h * cast),
+        "-1e39 - a": (lambda: -1e39 - a, lambda h: -cast - h),
+        "where(a > 0, a, 1e39)": (
+            lambda: ignis.where(a > 0, a, 1e39),
+            lambda h: np.where(h > 0, h, cast),
+        ),
+        "maximum(a, -1e39)": (lambda: ignis.maximum(a, -1e39), lambda h: np.maximum(h, -cast)),
+        "a < 1e39": (lambda: a < 1e39, lambda h: h < cast),
+    }
+    for label, (op, ref_op) in cases.items():
+        with np.errstate(all="ignore"):
+            ref = ref_op(to64(x))
+        for _ in range(3):
+            got = op().to_host()
+            np.testing.assert_array_equal(
+                got.astype(np.float64), ref.astype(got.dtype).astype(np.float64), err_msg=label
+            )
+
+
 def test_reflected_operators(device: str, rng) -> None:
     x = random_array(rng, (3,), "float64", positive=True)
     a = NvArray.from_host(x, device=device)

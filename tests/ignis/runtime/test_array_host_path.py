@@ -4,6 +4,7 @@ remembered plans and layouts stay right when views, scalars, dtypes and streams 
 
 from __future__ import annotations
 
+import math
 import struct
 
 import fake_gpu
@@ -560,3 +561,82 @@ def test_repeated_full_reductions_allocate_and_launch_in_one_call(gpu, monkeypat
     assert inside.stream is stream and gpu.launches[-1][3] == 0x6400
     on_cpu = NvArray.from_host(np.arange(6.0, dtype=np.float32), device="cpu")
     assert on_cpu.sum().item() == 15.0 and on_cpu.sum().item() == 15.0
+
+
+def test_a_repeated_add_runs_in_three_python_frames(monkeypatch) -> None:
+    # The host path's design: once the plan and its direct function exist and the block cache
+    # holds a block of the size, ``a + b`` enters the operator, the front end's plan lookup and
+    # the direct function, which allocates, builds the result and launches inline. (The only
+    # other frame is the fake driver's launch, which is not ignis code.)
+    import os
+    import sys
+
+    gpu = fake_gpu.install(monkeypatch, cache_bytes=1 << 20)
+    try:
+        a, b = empty(1000), empty(1000)
+        kept = [a + b for _ in range(3)]  # the plan, its direct function, then blocks to cache
+        del kept
+        package = os.path.dirname(ignis.__file__)
+        entered = []
+
+        def profile(frame, event, arg) -> None:
+            code = frame.f_code
+            if event == "call" and (code.co_filename.startswith(("<ignis", package))):
+                entered.append(code.co_name)
+
+        launches = len(gpu.launches)
+        sys.setprofile(profile)
+        try:
+            c = a + b
+        finally:
+            sys.setprofile(None)
+        assert entered == ["__add__", "_binary", "direct"]
+        assert len(gpu.launches) == launches + 1 and gpu.launches[-1][0].endswith(", 0, 4>")
+        assert c.stream is ignis.current_stream(gpu.device) and c.shape == (1000,)
+    finally:
+        fake_gpu.uninstall()
+
+
+def test_a_direct_function_takes_misaligned_operands_through_the_scalar_kernel(
+    gpu, monkeypatch
+) -> None:
+    # The direct function of a plan launches the vector kernel inline; operands of the same
+    # plan off the 16-byte boundary take the scalar kernel: through the general path the first
+    # time (which prepares its launch), then through that launch. No general allocation.
+    from ignis._array import _creation
+
+    general = []
+    allocate = _creation._allocate
+    x, y = empty(1000), empty(1000)
+    for _ in range(2):
+        x[:999] + y[:999]  # the plan of (999,) float32 + float32 and its direct function
+    monkeypatch.setattr(
+        _creation, "_allocate", lambda *args: general.append(args[0]) or allocate(*args)
+    )
+    for _ in range(3):
+        ((name, grid, block, stream, args),) = _launches_of(gpu, lambda: x[1:] + y[1:])
+        assert name.endswith(", 0, 1>") and (grid, block, stream) == ((2, 1, 1), (256, 1, 1), 0)
+        assert (u64(args[1]), u64(args[2]), i64(args[5])) == (x.data_ptr + 4, y.data_ptr + 4, 999)
+        assert u64(args[0]) % 16 == 0  # the result's own block
+    ((name, *_),) = _launches_of(gpu, lambda: x[:999] + y[:999])
+    assert name.endswith(", 0, 4>")
+    assert general == []
+
+
+def test_python_floats_beyond_float32_range_reach_the_kernel_as_infinity(gpu) -> None:
+    # The kernel's ``float`` scalar gets what NumPy's float32() gives (the CPU backend's
+    # semantics), on the general path (first call) and the direct function's (later ones);
+    # the argument packer alone would refuse a finite value that overflows.
+    a, h, d = empty(1000), empty(1000, "float16"), empty(10, "float64")
+    cases = [
+        (lambda: a * 1e39, 4, math.inf),
+        (lambda: -1e39 + a, 3, -math.inf),
+        (lambda: h * -1e39, 4, -math.inf),
+        (lambda: a * 3.0e38, 4, 3.0e38),  # in range: rounded to nearest-even, finite
+    ]
+    for fn, index, want in cases:
+        for _ in range(3):
+            ((*_, args),) = _launches_of(gpu, fn)
+            assert f32(args[index]) == float(np.float32(want))
+    ((*_, args),) = _launches_of(gpu, lambda: d * 1e300)  # float64: passed as it is
+    assert struct.unpack("<d", args[4])[0] == 1e300

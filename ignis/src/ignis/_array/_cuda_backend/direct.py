@@ -3,24 +3,25 @@
 The front end remembers a plan per (op, dtypes, shapes) and, when the backend offers one, keeps
 a *direct* function with it (see ``Backend.binary_direct``). Here that function takes the
 operands of a repeated dense op (``a + b`` on same-dtype arrays, ``a * 2.0``, ``exp(a)``,
-``a.sum()``) straight to the two things that need doing: a block from ``CudaBackend.alloc``'s
-one call, ``ignis._memory._result_block`` (on the current stream, which the block records),
-and the kernel's prepared launch (``Kernel._prepared``). Everything the general path would
-decide again is fixed when the function is made: the kernel family, the result's layout, the
-scalar conversion, the keys of the alignment cases.
+``a.sum()``) straight to the two things that need doing: a block for the result, on the
+current stream (which the block records), and the kernel's launch. Everything the general path
+would decide again is fixed when the function is made: the kernel, its grid, the result's
+layout, the scalar conversion.
 
 The front end keeps a direct function per backend and calls it with operands of that backend
 only. It returns None, and the front end takes its general path, for operands whose strides
 are not the ones it was made for (views).
 
-Element-wise: the prepared launches are found in ``elementwise._kernels`` under the fast-path
-keys (element count last), one per alignment case (every address on a 16-byte boundary:
-vectors; or not), and kept at their first use. Until one exists (the first call of a size and
-alignment), the function allocates and then runs ``elementwise.unary`` / ``binary``, which
-launches through ``Kernel.launch`` (validating the configuration) and prepares the launch.
-The three element-wise functions (binary, binary with a scalar, unary) repeat one short
-prologue (strides check, allocation, adopt, alignment case) on purpose: a shared helper would
-cost a Python call on every op, which is what these functions exist to save.
+Element-wise ops (binary, binary with a scalar, unary): the function is generated as one
+Python function (see ignis._codegen), because every call it would make costs the op a few
+percent of its host time (more with the real driver than a bare loop shows). It runs inline:
+``ignis._memory.RESULT_BLOCK_LINES`` (the result's block), ``_creation.adopt_lines`` (the
+result array) and the kernel's prepared launch (``Kernel._prepared_lines``) for the case where
+every address is on a 16-byte boundary (vectors: the case of blocks from the memory pool). That
+kernel is compiled, if it is not yet, when the function is made. Operands off that boundary (a
+view ``a[1:]``) take the prepared launch of the scalar kernel (``elementwise._kernels``, kept
+once it exists) or, the first time, ``elementwise.unary`` / ``binary``, which launches through
+``Kernel.launch`` (validating the configuration) and prepares it.
 
 Full reductions (sum, mean, max, min over every axis of a dense array): the first call of an
 alignment case runs ``reduction.reduce``, which plans (or replays) the reduction and returns
@@ -31,28 +32,115 @@ temporaries) keep taking ``reduction.reduce``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..._memory import _result_block
+from ..._codegen import build_function, merged_names
+from ..._memory import RESULT_BLOCK_LINES, _result_block, result_block_names
 from .. import _creation, _layout
 from . import elementwise as ew
 from . import reduction
 
 if TYPE_CHECKING:
     from ..._dtypes import DType
+    from ..._kernel import Kernel
     from .._semantics import Reduction
     from ..array import NvArray
 
 __all__ = ["binary_direct", "unary_direct", "reduce_direct"]
 
 
-def _fast_launch(launches: list[Any], keys: tuple[Any, ...], aligned: bool) -> Any:
-    """The prepared launch of alignment case ``aligned`` (False: ``keys[0]``, True:
-    ``keys[1]``) from ``elementwise._kernels``, kept in ``launches`` once it exists; None
-    before (the general path prepares it)."""
-    launch = launches[aligned] = ew._kernels.get(keys[aligned])
-    return launch
+def _misaligned_case(
+    key: tuple[Any, ...], general: Callable[[NvArray, Any, Any], None]
+) -> Callable[..., NvArray]:
+    """``misaligned(stream, out, a, b, values)``: the launch of operands off the 16-byte
+    boundary, from ``elementwise._kernels[key]`` once it exists (kept), else through
+    ``general(out, a, b)``, which prepares it. ``values``: the launch's converted values."""
+    kept: list[Any] = [None]
+
+    def misaligned(stream: Any, out: NvArray, a: Any, b: Any, values: tuple[Any, ...]) -> NvArray:
+        launch = kept[0]
+        if launch is None:
+            launch = kept[0] = ew._kernels.get(key)
+        if launch is None:
+            general(out, a, b)
+        else:
+            launch(stream, *values)
+        return out
+
+    return misaligned
+
+
+def _pointer_lines(operand: str, local: str) -> list[str]:
+    """``local = operand``'s device address (most operands start their storage: no big-int
+    addition of a zero offset then)."""
+    return [
+        f"{local} = {operand}._storage.ptr",
+        f"if {operand}._offset:",
+        f"    {local} += {operand}._offset",
+    ]
+
+
+def _generated(
+    backend: Any,
+    kernel: Kernel,
+    layout: tuple[tuple[int, ...], tuple[int, ...], DType, int],
+    misaligned: Callable[..., NvArray],
+    *,
+    signature: str,
+    general_args: str,
+    checks: Sequence[str],
+    operands: dict[str, str],
+    values: Sequence[str],
+    names: dict[str, Any] | None = None,
+    label: str,
+) -> Callable[..., NvArray | None] | None:
+    """The direct function ``direct(<signature>)`` of one element-wise plan (see the module
+    docstring); None where the kernel's launch cannot be prepared.
+
+    ``layout``: the result's ``(shape, strides, dtype, nbytes)``; ``misaligned``: the launch
+    of operands off the 16-byte boundary (:func:`_misaligned_case`). ``general_args``: what
+    ``signature`` hands the
+    general path (``a, b``; ``x, None``). ``checks``: lines that return None for operands the
+    function does not take (and may bind locals the values use). ``operands``: each array
+    operand's name -> the local of its address. ``values``: the launch's values, the result's
+    address being ``ptr``. ``names``: the globals of ``checks`` and ``values`` beyond the
+    plan's own.
+    """
+    shape, strides, dtype, nbytes = layout
+    n, v = nbytes // dtype.itemsize, 16 // dtype.itemsize
+    gpu = backend.gpu
+    grid = ew._contig_grid(backend, gpu.ordinal, n, v)
+    code = kernel._prepared_lines(gpu, grid, ew.BLOCK, values)
+    if code is None:
+        return None
+    launch_lines, launch_names = code
+    first = next(iter(operands))
+    pointers = [
+        line for operand, local in operands.items() for line in _pointer_lines(operand, local)
+    ]
+    addresses = " | ".join(["ptr", *operands.values()])
+    body = [
+        *checks,
+        *RESULT_BLOCK_LINES,
+        *_creation.adopt_lines("out", storage="buffer", device=f"{first}._device"),
+        *pointers,
+        f"if ({addresses}) & 15:  # off the 16-byte boundary: the scalar kernel",
+        f"    return misaligned(stream, out, {general_args}, ({', '.join(values)},))",
+        *launch_lines,
+        "return out",
+    ]
+    globals_ = merged_names(
+        result_block_names(),
+        _creation.ADOPT_NAMES,
+        launch_names,
+        names or {},
+        {"shape": shape, "strides": strides, "dtype": dtype, "nbytes": nbytes, "n": n},
+        {"backend": backend, "device": gpu, "ordinal": gpu.ordinal, "misaligned": misaligned},
+    )
+    filename = f"<ignis direct {label} on cuda:{gpu.ordinal}>"
+    _, direct = build_function("direct", signature, body, globals_, filename)
+    return direct
 
 
 def binary_direct(
@@ -69,63 +157,45 @@ def binary_direct(
     if op not in ew._BINARY_FUNCTOR or not nbytes:
         return None
     n = nbytes // dtype.itemsize
-    ordinal = backend.gpu.ordinal
     cname = compute.name
-    zero, scalar = ew._ZERO_N[cname], ew._PYTYPE_N[cname]
-    # ew.binary's fast-path keys, [not aligned, aligned]: vectors where every address is on a
-    # 16-byte boundary.
-    keys = (
-        (op, cname, dtype.name, form, 1, ordinal, n),
-        (op, cname, dtype.name, form, 16 // dtype.itemsize, ordinal, n),
-    )
-    launches: list[Any] = [None, None]  # their prepared launches, once they exist
-    alloc, gpu, general, adopt = _result_block, backend.gpu, ew.binary, _creation.adopt
+    v = 16 // dtype.itemsize
+    # The operands' dtypes for the kernel: arrays have the result's, the scalar (a in form 1,
+    # b in form 2) is passed in the compute type.
+    ta, tb = (None if form == 1 else dtype), (None if form == 2 else dtype)
+    kernel = ew.binary_contig_kernel(backend, op, compute, dtype, ta, tb, form, v)
+    key = (op, cname, dtype.name, form, 1, backend.gpu.ordinal, n)  # ew.binary's, misaligned
 
+    def general(out: NvArray, a: Any, b: Any) -> None:
+        ew.binary(backend, op, out, a, b, compute)
+
+    names = {"zero": ew._ZERO_N[cname], "scalar": ew._SCALAR_N[cname]}
     if form == 0:
-
-        def direct(a: Any, b: Any) -> NvArray | None:
-            if a._strides != strides or b._strides != strides:
-                return None
-            buffer = alloc(nbytes, gpu)
-            stream = buffer.stream
-            out = adopt(buffer, shape, strides, dtype, a._device, backend, stream)
-            po, pa, pb = buffer.ptr, a._storage.ptr, b._storage.ptr
-            if a._offset:  # (most operands start their storage: no big-int addition then)
-                pa += a._offset
-            if b._offset:
-                pb += b._offset
-            aligned = not (po | pa | pb) & 15
-            launch = launches[aligned] or _fast_launch(launches, keys, aligned)
-            if launch is None:
-                general(backend, op, out, a, b, compute)
-            else:
-                launch(stream, po, pa, pb, zero, zero, n)
-            return out
-
+        checks = ["if a._strides != strides or b._strides != strides:", "    return None"]
+        operands = {"a": "pa", "b": "pb"}
+        values = ("ptr", "pa", "pb", "zero", "zero", "n")
     else:
-        scalar_first = form == 1  # the scalar is a (form 1) or b (form 2)
-
-        def direct(a: Any, b: Any) -> NvArray | None:
-            x, value = (b, a) if scalar_first else (a, b)
-            if x._strides != strides:
-                return None
-            buffer = alloc(nbytes, gpu)
-            stream = buffer.stream
-            out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
-            po, px = buffer.ptr, x._storage.ptr
-            if x._offset:
-                px += x._offset
-            aligned = not (po | px) & 15
-            launch = launches[aligned] or _fast_launch(launches, keys, aligned)
-            if launch is None:
-                general(backend, op, out, a, b, compute)
-            elif scalar_first:
-                launch(stream, po, 0, px, scalar(value), zero, n)
-            else:
-                launch(stream, po, px, 0, zero, scalar(value), n)
-            return out
-
-    return direct
+        x, value = ("b", "a") if form == 1 else ("a", "b")
+        # The scalar is converted before anything is allocated.
+        checks = [f"if {x}._strides != strides:", "    return None", f"s = scalar({value})"]
+        operands = {x: "px"}
+        values = (
+            ("ptr", "0", "px", "s", "zero", "n")
+            if form == 1
+            else ("ptr", "px", "0", "zero", "s", "n")
+        )
+    return _generated(
+        backend,
+        kernel,
+        (shape, strides, dtype, nbytes),
+        _misaligned_case(key, general),
+        signature="a, b",
+        general_args="a, b",
+        checks=checks,
+        operands=operands,
+        values=values,
+        names=names,
+        label=f"{op} {dtype.name} form {form} n={n}",
+    )
 
 
 def unary_direct(
@@ -145,33 +215,26 @@ def unary_direct(
     if functor is None or not nbytes or x_dtype.itemsize != dtype.itemsize:
         return None
     n = nbytes // dtype.itemsize
-    ordinal = backend.gpu.ordinal
-    keys = (  # ew.unary's fast-path keys, [not aligned, aligned]
-        (functor, compute.name, dtype.name, x_dtype.name, 1, ordinal, n),
-        (functor, compute.name, dtype.name, x_dtype.name, 16 // dtype.itemsize, ordinal, n),
-    )
-    launches: list[Any] = [None, None]
-    alloc, gpu, general, adopt = _result_block, backend.gpu, ew.unary, _creation.adopt
+    v = 16 // dtype.itemsize
+    kernel = ew.unary_contig_kernel(backend, functor, compute, dtype, x_dtype, v)
+    key = (functor, compute.name, dtype.name, x_dtype.name, 1, backend.gpu.ordinal, n)
     no_params: dict[str, Any] = {}
 
-    def direct(x: Any) -> NvArray | None:
-        if x._strides != strides:
-            return None
-        buffer = alloc(nbytes, gpu)
-        stream = buffer.stream
-        out = adopt(buffer, shape, strides, dtype, x._device, backend, stream)
-        po, px = buffer.ptr, x._storage.ptr
-        if x._offset:
-            px += x._offset
-        aligned = not (po | px) & 15
-        launch = launches[aligned] or _fast_launch(launches, keys, aligned)
-        if launch is None:
-            general(backend, op, out, x, compute, no_params)
-        else:
-            launch(stream, po, px, n)
-        return out
+    def general(out: NvArray, x: Any, _: Any) -> None:
+        ew.unary(backend, op, out, x, compute, no_params)
 
-    return direct
+    return _generated(
+        backend,
+        kernel,
+        (shape, strides, dtype, nbytes),
+        _misaligned_case(key, general),
+        signature="x",
+        general_args="x, None",
+        checks=["if x._strides != strides:", "    return None"],
+        operands={"x": "px"},
+        values=("ptr", "px", "n"),
+        label=f"{op} {dtype.name} n={n}",
+    )
 
 
 _ONE_PASS = frozenset(("sum", "mean", "max", "min"))  # var: two passes and a temporary

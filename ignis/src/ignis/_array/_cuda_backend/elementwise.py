@@ -40,11 +40,13 @@ Example (what ``x + y`` does for two float32 arrays of 1000 elements)::
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import _dtypes as dt
+from ..._arg_packing import _F32_OVERFLOW
 from ..._bindings import cu
 from ..._device import activate
 from ..._errors import DTypeError, ShapeError
@@ -82,16 +84,38 @@ BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 thr
 TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
 TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
 
-# The C++ type an op computes in for each compute dtype, the Python type its scalars are passed
-# as (the argument packer converts them exactly, e.g. a float to float32 like NumPy's float32()),
-# and the value passed for an unused scalar parameter.
+# The C++ type an op computes in for each compute dtype, the conversion of a Python scalar
+# operand to the value its scalar parameter gets, and the value passed for an unused one.
 _WORK = dict(CTYPE)
 _WORK[dt.float16] = _WORK[dt.bfloat16] = "float"
-_PYTYPE = {d: (bool if d.kind == "b" else float if d.kind == "f" else int) for d in dt.all_dtypes}
-_ZERO = {d: t(0) for d, t in _PYTYPE.items()}
+
+
+def _float32_scalar(value: Any) -> float:
+    """A Python scalar for a ``float`` parameter, as NumPy's ``float32()`` casts it (and the
+    CPU backend computes): beyond float32's range it becomes infinity, which the argument
+    packer (rounding the rest to nearest-even) would refuse as a finite value that overflows.
+
+    Example: ``_float32_scalar(1e39)`` -> ``inf``; ``_float32_scalar(0.1)`` -> ``0.1``.
+    """
+    x = float(value)
+    if -_F32_OVERFLOW < x < _F32_OVERFLOW or x != x:  # (NaN compares false: passed as is)
+        return x
+    return math.copysign(math.inf, x)
+
+
+def _scalar_conversion(d: dt.DType) -> Any:
+    if d.kind == "b":
+        return bool
+    if d.kind != "f":
+        return int  # (the front end has checked that a Python int fits the dtype)
+    return _float32_scalar if _WORK[d] == "float" else float
+
+
+_SCALAR = {d: _scalar_conversion(d) for d in dt.all_dtypes}
+_ZERO = {d: (False if d.kind == "b" else 0.0 if d.kind == "f" else 0) for d in dt.all_dtypes}
 # The same tables keyed by dtype name: DType.__hash__ is a Python method, a str hashes for free.
 # Kernel cache keys hold names for the same reason.
-_PYTYPE_N = {d.name: t for d, t in _PYTYPE.items()}
+_SCALAR_N = {d.name: t for d, t in _SCALAR.items()}
 _ZERO_N = {d.name: z for d, z in _ZERO.items()}
 _UINT = {1: "ignis::uint8", 2: "ignis::uint16", 4: "ignis::uint32", 8: "ignis::uint64"}
 _UINT_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -386,6 +410,46 @@ def _launch_strided(
         kernel.launch(grid, BLOCK, args, stream=stream)
 
 
+# --- the dense kernels (also prepared by the direct functions, see direct.py) -------------------
+
+
+def unary_contig_kernel(
+    backend: Any, functor: str, compute: dt.DType, od: dt.DType, xd: dt.DType, v: int
+) -> Kernel:
+    """The ``unary_contig`` kernel of ``functor`` computing in ``compute``, writing ``od`` from
+    ``xd``, ``v`` elements a vector, on the backend's device (compiled on first use)."""
+    key = ("unary", functor, compute.name, od.name, xd.name, v, backend.gpu.ordinal)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        args = (functor, _WORK[compute], CTYPE[od], CTYPE[xd], v)
+        kernel = _kernel(backend, key, SOURCE, "unary_contig", args)
+    return kernel
+
+
+def binary_contig_kernel(
+    backend: Any,
+    op: str,
+    compute: dt.DType,
+    od: dt.DType,
+    ta: dt.DType | None,
+    tb: dt.DType | None,
+    form: int,
+    v: int,
+) -> Kernel:
+    """The ``binary_contig`` kernel of ``op`` computing in ``compute``, writing ``od`` from
+    operands of dtypes ``ta`` and ``tb`` (None: the scalar of ``form`` 1 or 2), ``v`` elements
+    a vector, on the backend's device (compiled on first use)."""
+    ka, kb = (None if ta is None else ta.name), (None if tb is None else tb.name)
+    key = ("binary", op, compute.name, od.name, ka, kb, form, v, backend.gpu.ordinal)
+    kernel = _kernels.get(key)
+    if kernel is None:
+        w = _WORK[compute]
+        ca, cb = (CTYPE[ta] if ta else w), (CTYPE[tb] if tb else w)
+        args = (_BINARY_FUNCTOR[op], w, CTYPE[od], ca, cb, form, v)
+        kernel = _kernel(backend, key, SOURCE, "binary_contig", args)
+    return kernel
+
+
 # --- unary ---------------------------------------------------------------------------------------
 
 
@@ -416,19 +480,11 @@ def unary(
         if launch is not None:
             launch(backend.stream, po, px, n)
             return
-        key = ("unary", functor, compute.name, od.name, xd.name, v, ordinal)
-        kernel = _kernels.get(key)
-        if kernel is None:
-            kernel = _kernel(
-                backend,
-                key,
-                SOURCE,
-                "unary_contig",
-                (functor, _WORK[compute], CTYPE[od], CTYPE[xd], v),
-            )
+        kernel = unary_contig_kernel(backend, functor, compute, od, xd, v)
         grid = _contig_grid(backend, ordinal, n, v)
         kernel.launch(grid, BLOCK, [po, px, n], stream=backend.stream)
-        _remember_fast(key[1:] + (n,), backend, kernel, grid)
+        key = (functor, compute.name, od.name, xd.name, v, ordinal, n)
+        _remember_fast(key, backend, kernel, grid)
         return
     layout = _layout(shape, [out._strides, x._strides])
     wide = layout[2]
@@ -480,9 +536,9 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
             if form == 0:
                 launch(backend.stream, po, px, py, zero, zero, n)
             elif form == 1:
-                launch(backend.stream, po, 0, px, _PYTYPE_N[cname](a), zero, n)
+                launch(backend.stream, po, 0, px, _SCALAR_N[cname](a), zero, n)
             else:
-                launch(backend.stream, po, px, 0, zero, _PYTYPE_N[cname](b), n)
+                launch(backend.stream, po, px, 0, zero, _SCALAR_N[cname](b), n)
             return
     functor = _BINARY_FUNCTOR.get(op)
     if functor is None:
@@ -496,33 +552,23 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
     zero = _ZERO_N[cname]
     po = out._storage.ptr + out._offset
     if not (a_value or b_value):  # two arrays, the path of ``x + y``
-        form, ta, tb, ka, kb = 0, a._dtype, b._dtype, a._dtype.name, b._dtype.name
+        form, ta, tb = 0, a._dtype, b._dtype
         sa, sb, pa, pb = zero, zero, a._storage.ptr + a._offset, b._storage.ptr + b._offset
         v = _width(out, po, a, pa, b, pb)
     elif a_value:
         if b_value:
             raise TypeError(f"{op}: at least one operand must be an array, got two scalars")
-        form, ta, tb, ka, kb = 1, None, b._dtype, None, b._dtype.name
-        sa, sb, pa, pb = _PYTYPE_N[cname](a), zero, 0, b._storage.ptr + b._offset
+        form, ta, tb = 1, None, b._dtype
+        sa, sb, pa, pb = _SCALAR_N[cname](a), zero, 0, b._storage.ptr + b._offset
         v = _width(out, po, b, pb, None, 0)
     else:
-        form, ta, tb, ka, kb = 2, a._dtype, None, a._dtype.name, None
-        sa, sb, pa, pb = zero, _PYTYPE_N[cname](b), a._storage.ptr + a._offset, 0
+        form, ta, tb = 2, a._dtype, None
+        sa, sb, pa, pb = zero, _SCALAR_N[cname](b), a._storage.ptr + a._offset, 0
         v = _width(out, po, a, pa, None, 0)
     od = out._dtype
     ordinal = backend.gpu.ordinal
     if v:
-        key = ("binary", op, cname, od.name, ka, kb, form, v, ordinal)
-        kernel = _kernels.get(key)
-        if kernel is None:
-            w = _WORK[compute]
-            kernel = _kernel(
-                backend,
-                key,
-                SOURCE,
-                "binary_contig",
-                (functor, w, CTYPE[od], CTYPE[ta] if ta else w, CTYPE[tb] if tb else w, form, v),
-            )
+        kernel = binary_contig_kernel(backend, op, compute, od, ta, tb, form, v)
         grid = _contig_grid(backend, ordinal, n, v)
         kernel.launch(grid, BLOCK, [po, pa, pb, sa, sb, n], stream=backend.stream)
         if (ta is od or ta is None) and (tb is od or tb is None):
@@ -606,7 +652,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
         return
     cname = compute.name
     work = _WORK[compute]
-    pytype = _PYTYPE_N[cname]
+    pytype = _SCALAR_N[cname]
     zero = _ZERO_N[cname]
     operands = ((cond, bool, False), (a, pytype, zero), (b, pytype, zero))
     forms = 0
