@@ -804,3 +804,28 @@ def test_types_unknown_to_the_source_use_driver_sizes_only():
         LaunchError, match="neither the parameter types nor the driver's parameter sizes are known"
     ):
         ArgPacker(None, "opaque", None)
+
+
+def test_block_lines_write_the_given_value_expressions():
+    # The lines a generated hot path runs inline: the values it names, in parameter order, and
+    # exactly one expression per parameter.
+    from ignis._arg_packing import block_lines
+    from ignis._codegen import build_function
+
+    packer = ArgPacker(
+        [Param("x", "pointer", "float*", 8), Param("n", "int", "int", 4)], "k", [8, 4]
+    )
+    lines = block_lines(packer, "(ptr, count)", ["ptr", "count"])
+    _, names = packer.pack_code()
+    _, write = build_function(
+        "write", "ptr, count", [*lines, "return packed"], names, "<test block_lines>"
+    )
+    block = write(0x7F00_0000_1000, 37)
+    try:
+        table = (ctypes.c_uint64 * 2).from_address(block[1])
+        assert ctypes.c_uint64.from_address(table[0]).value == 0x7F00_0000_1000
+        assert ctypes.c_int32.from_address(table[1]).value == 37
+    finally:
+        packer.release(block)
+    with pytest.raises(LaunchError, match=r"kernel 'k': 1 values for 2 parameters"):
+        block_lines(packer, "(ptr,)", ["ptr"])
