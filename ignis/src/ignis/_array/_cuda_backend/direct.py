@@ -100,12 +100,11 @@ def _generated(
 
     ``layout``: the result's ``(shape, strides, dtype, nbytes)``; ``misaligned``: the launch
     of operands off the 16-byte boundary (:func:`_misaligned_case`). ``general_args``: what
-    ``signature`` hands the
-    general path (``a, b``; ``x, None``). ``checks``: lines that return None for operands the
-    function does not take (and may bind locals the values use). ``operands``: each array
-    operand's name -> the local of its address. ``values``: the launch's values, the result's
-    address being ``ptr``. ``names``: the globals of ``checks`` and ``values`` beyond the
-    plan's own.
+    ``signature`` hands the general path (``a, b``; ``x, None``). ``checks``: lines that
+    return None for operands the function does not take (and may bind locals the values use).
+    ``operands``: each array operand's name -> the local of its address. ``values``: the
+    launch's values, the result's address being ``ptr``. ``names``: the globals of ``checks``
+    and ``values`` beyond the plan's own.
     """
     shape, strides, dtype, nbytes = layout
     n, v = nbytes // dtype.itemsize, 16 // dtype.itemsize
