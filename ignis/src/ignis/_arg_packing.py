@@ -52,7 +52,6 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ._codegen import build_function
@@ -70,13 +69,18 @@ _F32_OVERFLOW = 2.0**128 - 2.0**103
 _F16_OVERFLOW = 65520.0
 _BF16_OVERFLOW = 2.0**128 - 2.0**119
 
-# ml_dtypes' scalars (bfloat16, the float8 types) are not np.floating subclasses.
-_ML_FLOAT_TYPES = frozenset(
-    getattr(ml_dtypes, name)
-    for name in dir(ml_dtypes)
-    if name.startswith(("bfloat16", "float8_", "float6_", "float4_"))
-    and isinstance(getattr(ml_dtypes, name), type)
-)
+
+def _is_ml_float(value: Any) -> bool:
+    """True for an ml_dtypes float scalar (bfloat16, the float8 types): not np.floating subclasses.
+
+    Such a scalar exists only once its user imported ml_dtypes; ignis does not import it here
+    (see :class:`ignis.DType` on the import cost).
+    """
+    t = type(value)
+    return t.__module__ == "ml_dtypes" and t.__name__.startswith(
+        ("bfloat16", "float8_", "float6_", "float4_")
+    )
+
 
 # NumPy's scalar types, for exact-type checks ahead of the isinstance() chains.
 _NUMPY_INTS = frozenset(np.dtype(c).type for c in np.typecodes["AllInteger"])
@@ -623,7 +627,7 @@ def _float_converter(
                 raise LaunchError(
                     f"{label}: {int(value)} is too large for {ctype} (it overflows to infinity)"
                 ) from None
-        if isinstance(value, (float, np.floating)) or type(value) in _ML_FLOAT_TYPES:
+        if isinstance(value, (float, np.floating)) or _is_ml_float(value):
             return float(value)  # exact: every narrower float is a double
         raise LaunchError(
             f"{label} expects a real number for {ctype} (a Python int or float, or a NumPy "

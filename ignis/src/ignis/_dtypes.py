@@ -29,9 +29,9 @@ Example::
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ._errors import DTypeError
@@ -68,16 +68,28 @@ class DType:
         kind: ``"b"`` (bool), ``"i"`` (signed integer), ``"u"`` (unsigned) or ``"f"`` (floating).
 
     ``numpy.dtype(ignis.float32)`` works too (through the ``dtype`` attribute).
+
+    bfloat16's NumPy dtype comes from ``ml_dtypes``, which takes several times as long to import
+    as NumPy itself; it is imported the first time ``bfloat16.numpy`` is read, so that
+    ``import ignis`` stays cheap for code that never touches bfloat16 on the host.
     """
 
     __slots__ = ("name", "numpy", "itemsize", "kind", "_rank")
 
-    def __init__(self, name: str, np_dtype: Any, kind: str, rank: int):
+    def __init__(self, name: str, np_dtype: Any, kind: str, rank: int, itemsize: int = 0):
         self.name = name
-        self.numpy = np.dtype(np_dtype)
-        self.itemsize = self.numpy.itemsize
+        if np_dtype is not None:  # None: filled in on first use by __getattr__ (bfloat16)
+            self.numpy = np.dtype(np_dtype)
+        self.itemsize = itemsize or self.numpy.itemsize
         self.kind = kind
         self._rank = rank
+
+    def __getattr__(self, attr: str) -> Any:
+        # Reached only while a slot is unset: bfloat16's ``numpy`` before its first use. A plain
+        # slot read costs nothing extra once it is filled.
+        if attr == "numpy" and self.name == "bfloat16":
+            return _load_bfloat16()
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
 
     @property
     def dtype(self) -> np.dtype:
@@ -136,7 +148,7 @@ uint8 = DType("uint8", np.uint8, "u", 1)
 int32 = DType("int32", np.int32, "i", 3)
 int64 = DType("int64", np.int64, "i", 4)
 float16 = DType("float16", np.float16, "f", 1)
-bfloat16 = DType("bfloat16", ml_dtypes.bfloat16, "f", 1)
+bfloat16 = DType("bfloat16", None, "f", 1, itemsize=2)
 float32 = DType("float32", np.float32, "f", 3)
 float64 = DType("float64", np.float64, "f", 4)
 
@@ -168,10 +180,20 @@ _BY_NAME.update(
         "long": int64,
     }
 )
-_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in all_dtypes}
+_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in all_dtypes if d is not bfloat16}
 _BY_PYTYPE: dict[type, DType] = {bool: bool_, int: int64, float: float64}
 
 _SUPPORTED = ", ".join(d.name for d in all_dtypes)
+
+
+def _load_bfloat16() -> np.dtype:
+    """Import ``ml_dtypes``, set ``bfloat16.numpy`` and register it for lookups by NumPy dtype."""
+    import ml_dtypes
+
+    npd = np.dtype(ml_dtypes.bfloat16)
+    bfloat16.numpy = npd
+    _BY_NUMPY[npd] = bfloat16
+    return npd
 
 
 def as_dtype(dtype: DTypeLike, op: str = "dtype") -> DType:
@@ -197,7 +219,13 @@ def as_dtype(dtype: DTypeLike, op: str = "dtype") -> DType:
     except (TypeError, ValueError):
         npd = None
     if npd is not None:
-        found = _BY_NUMPY.get(npd.newbyteorder("=") if npd.byteorder not in "=|" else npd)
+        native = npd.newbyteorder("=") if npd.byteorder not in "=|" else npd
+        found = _BY_NUMPY.get(native)
+        if found is None and "ml_dtypes" in sys.modules:
+            # A NumPy dtype from ml_dtypes exists only once ml_dtypes is imported; bfloat16 may
+            # not be registered yet (see DType).
+            _load_bfloat16()
+            found = _BY_NUMPY.get(native)
         if found is not None:
             return found
     raise DTypeError(f"{op}: unsupported dtype {dtype!r}; expected one of {_SUPPORTED}")

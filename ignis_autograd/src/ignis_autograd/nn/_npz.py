@@ -12,13 +12,12 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+import ignis
 from ignis import DTypeError
 
 _KEY = "__ignis__"
-_BF16 = np.dtype(ml_dtypes.bfloat16)
 _ALLOWED = {np.dtype(t) for t in ("f8", "f4", "f2", "i8", "i4", "i1", "u1", "?")}
 
 
@@ -28,7 +27,7 @@ def write(path: Any, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, st
     for name, arr in arrays.items():
         if name == _KEY:
             raise ValueError(f"save: '{_KEY}' is reserved and cannot name a tensor")
-        if arr.dtype == _BF16:
+        if arr.dtype.name == "bfloat16":  # ml_dtypes' bfloat16
             stored[name] = np.ascontiguousarray(arr).view(np.uint16)
             bf16.append(name)
         elif arr.dtype in _ALLOWED:
@@ -55,7 +54,7 @@ def read(path: Any) -> tuple[dict[str, np.ndarray], dict[str, str]]:
                 continue
             arr = z[name]
             if name in bf16:
-                arr = arr.view(_BF16)
+                arr = arr.view(ignis.bfloat16.numpy)
             elif arr.dtype not in _ALLOWED:
                 raise DTypeError(
                     f"load: array '{name}' in {os.fspath(path)!r} has dtype {arr.dtype}, which "

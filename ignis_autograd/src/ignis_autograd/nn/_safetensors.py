@@ -16,24 +16,31 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
+import ignis
 from ignis import DTypeError
 
 # safetensors dtype code -> little-endian NumPy dtype.
-CODES: dict[str, np.dtype] = {
+CODES: dict[str, np.dtype | None] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "BF16": None,  # ignis.bfloat16.numpy, read on first use: ml_dtypes is slow to import
     "I64": np.dtype("<i8"),
     "I32": np.dtype("<i4"),
     "I8": np.dtype("i1"),
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
-_BY_NUMPY = {v: k for k, v in CODES.items()}
+_BY_NUMPY = {v: k for k, v in CODES.items() if v is not None}
+
+
+def numpy_dtype(code: str) -> np.dtype:
+    """The NumPy dtype of a safetensors dtype code (``code`` must be one of :data:`CODES`)."""
+    found = CODES[code]
+    return ignis.bfloat16.numpy if found is None else found
+
 
 # A header larger than this is not a weight file (the reference implementation's limit).
 _MAX_HEADER = 100 * 1024 * 1024
@@ -41,6 +48,8 @@ _MAX_HEADER = 100 * 1024 * 1024
 
 def code_of(arr: np.ndarray, name: str, path: Any) -> str:
     code = _BY_NUMPY.get(arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
+    if code is None and arr.dtype.name == "bfloat16":  # ml_dtypes' (not imported before)
+        code = "BF16"
     if code is None:
         raise DTypeError(
             f"save: tensor '{name}' has dtype {arr.dtype}, which {os.fspath(path)!r} cannot "
@@ -60,7 +69,7 @@ def write(path: Any, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, st
         if name == "__metadata__":
             raise ValueError("save: '__metadata__' is reserved and cannot name a tensor")
         code = code_of(arr, name, path)
-        data = np.ascontiguousarray(arr).astype(CODES[code], copy=False).tobytes()
+        data = np.ascontiguousarray(arr).astype(numpy_dtype(code), copy=False).tobytes()
         header[name] = {
             "dtype": code,
             "shape": list(arr.shape),
@@ -133,7 +142,7 @@ def _tensor(path: Any, name: str, entry: Any, data: memoryview) -> np.ndarray:
     ):
         raise _bad(path, f"entry '{name}' has data_offsets {offsets!r}")
     begin, end = offsets
-    dtype = CODES[code]
+    dtype = numpy_dtype(code)
     want = math.prod(shape) * dtype.itemsize
     if not 0 <= begin <= end <= len(data) or end - begin != want:
         raise _bad(
