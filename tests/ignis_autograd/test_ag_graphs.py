@@ -16,8 +16,9 @@ def _params(device: str, seed: int = 3) -> list[Tensor]:
     rng = np.random.default_rng(seed)
     shapes = [(64, 32), (32,), (32, 10), (10,)]
     return [
-        Tensor.from_host(rng.standard_normal(s).astype(np.float32) * 0.3, device=device,
-                         requires_grad=True)
+        Tensor.from_host(
+            rng.standard_normal(s).astype(np.float32) * 0.3, device=device, requires_grad=True
+        )
         for s in shapes
     ]
 
@@ -25,8 +26,10 @@ def _params(device: str, seed: int = 3) -> list[Tensor]:
 def _batches(device: str, n: int) -> list[tuple[ignis.NvArray, ignis.NvArray]]:
     rng = np.random.default_rng(11)
     return [
-        (ignis.asarray(rng.standard_normal((128, 64)).astype(np.float32), device=device),
-         ignis.asarray(rng.standard_normal((128, 10)).astype(np.float32), device=device))
+        (
+            ignis.asarray(rng.standard_normal((128, 64)).astype(np.float32), device=device),
+            ignis.asarray(rng.standard_normal((128, 10)).astype(np.float32), device=device),
+        )
         for _ in range(n)
     ]
 
@@ -53,8 +56,14 @@ def test_capture_step_refuses_the_cpu_and_bad_arguments():
         capture_step(lambda a: a, x)
     with pytest.raises(TypeError, match="capture_step: fn must be callable"):
         capture_step(3, x)
-    with pytest.raises(ValueError, match="warmup must be >= 1"):
+    with pytest.raises(ValueError, match="warmup must be >= 1, got 0: a first eager step"):
         capture_step(lambda a: a, x, warmup=0)
+    with pytest.raises(ValueError, match="warmup must be >= 1, got -2"):
+        capture_step(lambda a: a, x, warmup=-2)
+    with pytest.raises(TypeError, match="capture_step: warmup must be an int .* got float 1.5"):
+        capture_step(lambda a: a, x, warmup=1.5)
+    with pytest.raises(TypeError, match="warmup must be an int .* got bool True"):
+        capture_step(lambda a: a, x, warmup=True)
     with pytest.raises(TypeError, match="input 0 must be a Tensor or an NvArray"):
         capture_step(lambda a: a, [1.0, 2.0])
 
@@ -114,3 +123,65 @@ def test_replay_with_a_wrong_shape_is_refused():
         step(x[:64], t[:64])
     with pytest.raises(TypeError, match="expected 2 input"):
         step(x)
+
+
+def _adamw_step(params: list[Tensor], calls: list[int], zero_first: bool = True):
+    from ignis_autograd.optim import AdamW
+
+    opt = AdamW(params, lr=1e-2, weight_decay=0.1)
+    w1, b1, w2, b2 = params
+
+    def train_step(x, t):
+        calls.append(1)
+        if zero_first:
+            opt.zero_grad()  # in place; on the first run there is nothing to zero yet
+        h = (ag.Tensor(x) @ w1).add_bias(b1).tanh()
+        loss = (((h @ w2).add_bias(b2) - t) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if not zero_first:
+            opt.zero_grad()  # the first run already zeroes: all one-time work in one run
+        return loss.detach()
+
+    return train_step, opt
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("warmup", "zero_first"),
+    [(1, False), (2, True), (3, True), (3, False)],
+)
+def test_warmup_runs_are_exactly_warmup_real_steps(warmup, zero_first):
+    # capture_step(..., warmup=k) leaves the model and the optimizer as k eager steps on the
+    # example inputs do: the capture itself runs nothing. The first replay is step k + 1.
+    device = "cuda:0"
+    (x0, t0), (x1, t1) = _batches(device, 2)
+    eager_params, graph_params = _params(device), _params(device)
+    eager_calls, graph_calls = [], []
+    eager, eager_opt = _adamw_step(eager_params, eager_calls, zero_first)
+    fn, graph_opt = _adamw_step(graph_params, graph_calls, zero_first)
+    eager_losses = [float(eager(x0, t0).item()) for _ in range(warmup)]
+
+    step = capture_step(fn, x0, t0, warmup=warmup)
+    assert step.warmup == warmup
+    assert len(graph_calls) == warmup + 1  # k eager calls, then one recorded (not run)
+    assert len(step.warmup_outputs) == warmup
+    np.testing.assert_allclose(
+        [float(v.item()) for v in step.warmup_outputs], eager_losses, rtol=1e-5, atol=1e-7
+    )
+    for pe, pg in zip(eager_params, graph_params, strict=True):
+        np.testing.assert_allclose(pg.to_host(), pe.to_host(), rtol=1e-5, atol=1e-6)
+        se, sg = eager_opt.state_of(pe), graph_opt.state_of(pg)
+        assert float(sg["step"].to_host()) == float(se["step"].to_host()) == warmup
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_allclose(
+                sg[key].to_host(), se[key].to_host(), rtol=1e-5, atol=1e-7, err_msg=key
+            )
+
+    loss = step(x1, t1)  # one replay: step k + 1, on the new batch
+    expected = float(eager(x1, t1).item())
+    assert len(graph_calls) == warmup + 1  # a replay does not call fn
+    np.testing.assert_allclose(float(loss.item()), expected, rtol=1e-5, atol=1e-7)
+    for pe, pg in zip(eager_params, graph_params, strict=True):
+        np.testing.assert_allclose(pg.to_host(), pe.to_host(), rtol=1e-5, atol=1e-6)
+        assert float(graph_opt.state_of(pg)["step"].to_host()) == warmup + 1

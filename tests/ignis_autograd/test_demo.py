@@ -21,6 +21,8 @@ from ignis_autograd.demo.progress import Progress, format_duration
 
 import ignis
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 # A small text with structure to learn: short sentences from a few words.
 _WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "it"]
 
@@ -212,6 +214,14 @@ def test_decode_tree_names_a_missing_array():
 # --- flags -----------------------------------------------------------------------------------
 
 
+def _demo_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [os.path.join(_ROOT, "ignis", "src"), os.path.join(_ROOT, "ignis_autograd", "src")]
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
 def _main(argv, capsys):
     code = cli.main(argv)
     captured = capsys.readouterr()
@@ -265,15 +275,11 @@ def test_missing_text_file(tmp_path, capsys):
 
 
 def test_module_entry_point_help():
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    paths = [os.path.join(root, "ignis", "src"), os.path.join(root, "ignis_autograd", "src")]
-    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [sys.executable, "-m", "ignis_autograd.demo", "--help"],
         capture_output=True,
         text=True,
-        env=env,
+        env=_demo_env(),
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
@@ -304,6 +310,94 @@ def test_console_script_is_declared():
     with open(os.path.join(root, "ignis_autograd", "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
     assert scripts["ignis-demo"] == "ignis_autograd.demo.cli:main"
+
+
+def test_default_output_folder_is_ignored_by_git():
+    # A first run from a checkout must leave `git status` clean.
+    import shutil
+
+    from ignis_autograd.demo.train import RunOptions
+
+    if shutil.which("git") is None or not os.path.exists(os.path.join(_ROOT, ".git")):
+        pytest.skip("not a git checkout (or no git)")
+    out = cli.build_parser().get_default("out")
+    assert out == RunOptions().out_dir  # one default, for the command line and for Python
+    assert not os.path.isabs(out)
+    # Run from the repository root, or from a folder inside it.
+    for where in (out, os.path.join("ignis_autograd", out)):
+        for name in ("checkpoint.json", "checkpoint.safetensors", "sample.txt", "loss.png"):
+            path = os.path.join(where, name)
+            proc = subprocess.run(
+                ["git", "-C", _ROOT, "check-ignore", "-q", path], capture_output=True, text=True
+            )
+            if proc.returncode == 128:  # git refuses this checkout (ownership, ...)
+                pytest.skip(f"git check-ignore failed: {proc.stderr.strip()}")
+            assert proc.returncode == 0, f"{path} is not ignored by git: add {out}/ to .gitignore"
+
+
+# --- NumPy's BLAS threads ------------------------------------------------------------------------
+
+
+def _openblas_or_skip():
+    from ignis_autograd.demo.blas import current_threads
+
+    if current_threads() is None:
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS the demo can find")
+
+
+def test_blas_threads_sets_and_restores(monkeypatch):
+    from ignis_autograd.demo.blas import THREAD_ENV, blas_threads, current_threads
+
+    _openblas_or_skip()
+    for name in THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    before = current_threads()
+    with blas_threads(1) as n:
+        assert n == 1 and current_threads() == 1
+    assert current_threads() == before
+    with pytest.raises(ValueError, match=r"blas_threads: n must be an integer >= 1, got 0"):
+        with blas_threads(0):
+            pass
+
+
+def test_blas_threads_leave_the_users_setting(monkeypatch):
+    from ignis_autograd.demo.blas import blas_threads, current_threads
+
+    _openblas_or_skip()
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    before = current_threads()
+    with blas_threads(1) as n:
+        assert n == before and current_threads() == before
+
+
+@needs_model
+def test_a_cpu_run_trains_with_one_blas_thread(tmp_path, text_file, capsys, monkeypatch):
+    # Multi-threaded OpenBLAS made the CPU demo 5 times slower on a busy two-core machine (its
+    # threads spin, waiting for work): the run must use one thread, and give the count back.
+    from ignis_autograd.demo import model as seam
+    from ignis_autograd.demo.blas import THREAD_ENV, current_threads
+
+    _openblas_or_skip()
+    for name in THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    before = current_threads()
+    seen = []
+    clip = seam.clip_gradients
+
+    def clip_and_look(model, max_norm):
+        seen.append(current_threads())
+        clip(model, max_norm)
+
+    monkeypatch.setattr(seam, "clip_gradients", clip_and_look)
+    code, stdout, err = _main(
+        [*TINY, "--text", text_file, "--steps", "3", "--sample-tokens", "0", "--out",
+         str(tmp_path)],
+        capsys,
+    )  # fmt: skip
+    assert code == 0, err
+    assert seen == [1, 1, 1]
+    assert "cpu (1 BLAS thread), float32" in stdout
+    assert current_threads() == before
 
 
 # --- end to end ------------------------------------------------------------------------------
@@ -508,7 +602,7 @@ def test_resume_refuses_a_different_model_or_text(tmp_path, text_file, capsys):
 
 
 @needs_model
-def test_ctrl_c_stops_after_the_step_with_a_checkpoint(tmp_path, text_file, capsys, monkeypatch):
+def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, text_file, capsys, monkeypatch):
     import signal
 
     from ignis_autograd.demo import model as seam
@@ -524,23 +618,176 @@ def test_ctrl_c_stops_after_the_step_with_a_checkpoint(tmp_path, text_file, caps
 
     monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
     code, stdout, err = _main(
+        [*TINY, "--text", text_file, "--steps", "8", "--out", str(tmp_path)], capsys
+    )
+    assert code == 130, err  # 128 + SIGINT, as a shell reports a command SIGINT ended
+    assert len(calls) == 3  # the step in flight finished; no step after it
+    assert (
+        f"interrupted: checkpoint of step 3 saved in {tmp_path}; continue with --resume" in stdout
+    )
+    # It stops: no sample, no summary, no sample file.
+    assert "--- sample" not in stdout and "done:" not in stdout
+    assert not (tmp_path / "sample.txt").exists()
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["step"] == 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+@needs_model
+def test_ctrl_c_is_said_even_when_quiet(tmp_path, text_file, capsys, monkeypatch):
+    import signal
+
+    from ignis_autograd.demo import model as seam
+
+    clip = seam.clip_gradients
+
+    def clip_and_interrupt(model, max_norm):
+        os.kill(os.getpid(), signal.SIGINT)
+        clip(model, max_norm)
+
+    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    code, stdout, _ = _main(
+        [*TINY, "--text", text_file, "--steps", "8", "--quiet", "--out", str(tmp_path)], capsys
+    )
+    assert code == 130
+    assert stdout.strip().splitlines() == [
+        f"interrupted: checkpoint of step 1 saved in {tmp_path}; "
+        f"continue with --resume --out {tmp_path}"
+    ]
+
+
+@needs_model
+def test_a_second_ctrl_c_during_the_save_leaves_a_whole_checkpoint(
+    tmp_path, text_file, capsys, monkeypatch
+):
+    # The worst moment: between the renames that put the new files in place (new weights, old
+    # JSON). The save must complete, and the checkpoint load as the step it says.
+    import signal
+
+    from ignis_autograd.demo import checkpoint as ck_module
+    from ignis_autograd.demo import model as seam
+    from ignis_autograd.demo.checkpoint import WEIGHTS_FILE, load_checkpoint
+
+    calls = []
+    clip = seam.clip_gradients
+
+    def clip_and_interrupt(model, max_norm):
+        calls.append(1)
+        if len(calls) == 3:  # the first Ctrl-C, in step 3
+            os.kill(os.getpid(), signal.SIGINT)
+        clip(model, max_norm)
+
+    replace = os.replace
+    renames = []
+
+    def replace_and_interrupt(src, dst):
+        replace(src, dst)
+        renames.append(os.path.basename(dst))
+        if len(calls) == 3 and os.path.basename(dst) == WEIGHTS_FILE:
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, mid-save
+
+    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    monkeypatch.setattr(ck_module.os, "replace", replace_and_interrupt)
+    code, stdout, err = _main(
         [
-            *TINY,
-            "--text",
-            text_file,
-            "--steps",
-            "8",
-            "--sample-tokens",
-            "0",
-            "--out",
-            str(tmp_path),
+            *TINY, "--text", text_file, "--steps", "8", "--eval-interval", "2",
+            "--sample-tokens", "0", "--out", str(tmp_path),
         ],
+        capsys,
+    )  # fmt: skip
+    assert code == 130, err
+    assert renames.count(WEIGHTS_FILE) == 2 and renames[-1] == "checkpoint.json"
+    assert "interrupted: checkpoint of step 3 saved" in stdout and "done:" not in stdout
+    monkeypatch.undo()
+    ck = load_checkpoint(
+        str(tmp_path), load_tensors=lambda p: seam.load_tensors(p, "cpu")
+    )  # the digests of checkpoint.json match the weight and optimizer files
+    assert ck.meta["step"] == 3
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+@needs_model
+def test_a_second_ctrl_c_outside_a_save_stops_at_once(tmp_path, text_file, capsys, monkeypatch):
+    import signal
+
+    from ignis_autograd.demo import model as seam
+
+    calls = []
+    clip = seam.clip_gradients
+
+    def clip_and_interrupt(model, max_norm):
+        calls.append(1)
+        if len(calls) == 3:  # two Ctrl-Cs in step 3: the second one stops the step itself
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        clip(model, max_norm)
+
+    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    code, stdout, err = _main(
+        [
+            *TINY, "--text", text_file, "--steps", "8", "--eval-interval", "2",
+            "--out", str(tmp_path),
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 130, err
+    said = f"interrupted again: stopped after step 2; the checkpoint in {tmp_path} is at step 2"
+    assert said in stdout
+    assert "done:" not in stdout and "--- sample" not in stdout
+    assert json.loads((tmp_path / "checkpoint.json").read_text())["step"] == 2
+
+
+@needs_model
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+def test_ctrl_c_in_a_terminal_run_saves_stops_and_resumes(tmp_path, text_file, capsys):
+    # What a user does: start the demo, press Ctrl-C after the first progress line, resume.
+    import re
+    import signal
+
+    out = tmp_path / "run"
+    argv = [*TINY, "--text", text_file, "--steps", "100000", "--log-interval", "1", "--out"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ignis_autograd.demo", *argv, str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_demo_env(),
+    )
+    try:
+        lines = []
+        for line in proc.stdout:  # the header, then the first progress line
+            lines.append(line)
+            if line.startswith("step "):
+                break
+        assert lines and lines[-1].startswith("step "), "".join(lines) + proc.stderr.read()
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stdout = "".join(lines) + rest
+    assert proc.returncode == 130, (stdout, err)
+    assert "Traceback" not in err, err
+    found = re.search(r"interrupted: checkpoint of step (\d+) saved in (.+); continue with", rest)
+    assert found, stdout
+    step = int(found.group(1))
+    assert found.group(2) == str(out)
+    assert "done:" not in rest and "--- sample" not in rest
+    assert not (out / "sample.txt").exists()
+    meta = json.loads((out / "checkpoint.json").read_text())
+    assert meta["step"] == step and [s for s, _ in meta["history"]["train"]] == list(
+        range(1, step + 1)
+    )
+    # --resume continues from there
+    code, stdout, err = _main(
+        [*TINY, "--text", text_file, "--out", str(out), "--resume", "--steps", str(step + 2)],
         capsys,
     )
     assert code == 0, err
-    assert "interrupted: checkpoint at step 3; continue with --resume" in stdout
-    assert json.loads((tmp_path / "checkpoint.json").read_text())["step"] == 3
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert f"resuming from step {step} in {out}" in stdout
+    assert f"done: step {step + 2}/{step + 2}" in stdout
+    meta = json.loads((out / "checkpoint.json").read_text())
+    assert [s for s, _ in meta["history"]["train"]] == list(range(1, step + 3))
 
 
 @needs_model

@@ -13,7 +13,8 @@ held-out loss and a generated sample, and writes ``checkpoint.safetensors``,
 
 Modules: :mod:`.cli` (flags), :mod:`.config` (settings and per-device defaults), :mod:`.data`
 (text, vocabulary, batches), :mod:`.model` (the seam to ``nn`` and ``optim``), :mod:`.train`
-(the loop), :mod:`.checkpoint`, :mod:`.progress`, :mod:`.plot`.
+(the loop), :mod:`.checkpoint`, :mod:`.progress`, :mod:`.plot`, :mod:`.blas` (NumPy's BLAS
+on one thread during a CPU run).
 """
 
 from __future__ import annotations

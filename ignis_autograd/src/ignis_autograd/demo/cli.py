@@ -2,7 +2,7 @@
 
 Example::
 
-    $ ignis-demo                         # GPU when present, else a small CPU run (~1 minute)
+    $ ignis-demo                         # GPU when present, else a small CPU run (~10 s)
     $ ignis-demo --device cpu --steps 50 --out /tmp/run
     $ ignis-demo --out /tmp/run --resume --steps 100
 """
@@ -18,7 +18,7 @@ import ignis
 
 from .config import DemoConfig, default_config
 from .data import DemoError
-from .train import RunOptions, run
+from .train import DEFAULT_OUT_DIR, DemoInterrupted, RunOptions, run
 
 __all__ = ["main", "build_parser"]
 
@@ -103,6 +103,11 @@ def _defaults_text() -> str:
     lines = ["defaults (on a GPU / on the CPU):"]
     lines += [f"  {flag:<16} {g!s:>8} / {c!s}" for flag, g, c in rows]
     lines.append("With --resume the checkpoint's settings apply; --steps may extend the run.")
+    lines.append(
+        "Ctrl-C saves a checkpoint and exits with status 130; continue with --resume.\n"
+        "On the CPU, NumPy's BLAS runs on one thread (the matrices are small; more threads\n"
+        "cost more than they gain); OPENBLAS_NUM_THREADS=N in the environment overrides it."
+    )
     return "\n".join(lines)
 
 
@@ -132,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_g.add_argument(
         "--out",
         metavar="DIR",
-        default="ignis-demo-out",
+        default=DEFAULT_OUT_DIR,
         help="output directory (checkpoint, sample, plot; default: %(default)s)",
     )
     run_g.add_argument(
@@ -244,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the demo with ``argv`` (default: ``sys.argv[1:]``); returns the exit status.
 
     Bad flags exit with status 2 and a one-line message (argparse's convention); a problem
-    with the text or checkpoint exits with status 1.
+    with the text or checkpoint exits with status 1; Ctrl-C exits with status 130 (128 +
+    SIGINT, what a shell reports for a command that SIGINT ended, so ``ignis-demo && next``
+    does not go on as if training had finished), after saving a checkpoint.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     except DemoError as exc:
         print(f"ignis-demo: error: {exc}", file=sys.stderr)
         return 1
+    except DemoInterrupted:
+        return 130  # the run said where its checkpoint is
     except KeyboardInterrupt:
         print("ignis-demo: interrupted", file=sys.stderr)
         return 130

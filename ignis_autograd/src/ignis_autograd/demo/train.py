@@ -13,6 +13,12 @@ an ``ignis.random.Generator(seed + 1)``; dropout from the default ``ignis.random
 checkpoint stores both streams' ``(seed, offset)`` with the optimizer and schedule state, so a
 resumed run continues exactly where an uninterrupted one would be (on the same device).
 Evaluation and sampling use streams of their own and never disturb training.
+
+Ctrl-C (SIGINT) asks the loop to stop after the current step: it evaluates, saves the
+checkpoint, says so and raises :class:`DemoInterrupted` (no sample, no summary; the command
+line exits with status 130). A second Ctrl-C stops at once, except during a save, which always
+completes first: the files of a checkpoint are renamed into place one after the other, and a
+save stopped between two renames would leave weights that do not match the JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import ignis
 
 from ..tape import no_grad
 from . import model as seam
+from .blas import blas_threads
 from .checkpoint import (
     META_FILE,
     OPTIMIZER_FILE,
@@ -48,8 +55,19 @@ from .data import CharDataset, CharVocab, DemoError, load_text, text_digest
 from .plot import plot_losses
 from .progress import Progress, format_duration
 
-__all__ = ["RunOptions", "RunResult", "run", "SAMPLE_FILE", "PLOT_FILE"]
+__all__ = [
+    "RunOptions",
+    "RunResult",
+    "DemoInterrupted",
+    "run",
+    "DEFAULT_OUT_DIR",
+    "SAMPLE_FILE",
+    "PLOT_FILE",
+]
 
+# Relative: the outputs land where the demo is run, in sight (the repository's .gitignore
+# lists the name, so a run from a checkout leaves `git status` clean).
+DEFAULT_OUT_DIR = "ignis-demo-out"
 SAMPLE_FILE = "sample.txt"
 PLOT_FILE = "loss.png"
 
@@ -66,12 +84,15 @@ class RunOptions:
     checkpoint, as an interruption would (the schedule still spans ``steps``). ``quiet``:
     print only the final summary. ``tf32``: let float32 matmuls on a GPU use TF32 tensor
     cores. ``read_every``: steps between reads of the training loss (None: 10 on a GPU, where
-    a read waits for the device, 1 on the CPU). ``stream``: where lines go (stdout);
+    a read waits for the device, 1 on the CPU). ``blas_threads``: threads of NumPy's BLAS
+    (OpenBLAS) during a CPU run, restored afterwards (None: leave them; the environment's
+    ``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS`` win; see :mod:`.blas` for why one is the
+    default). ``stream``: where lines go (stdout);
     ``progress_stream``: where the bar is drawn (stderr, terminals only). ``changed``: the
     config fields given explicitly (a resumed run checks them against the checkpoint).
     """
 
-    out_dir: str = "ignis-demo-out"
+    out_dir: str = DEFAULT_OUT_DIR
     device: str = "cpu"
     resume: bool = False
     text_path: str | None = None
@@ -83,6 +104,7 @@ class RunOptions:
     quiet: bool = False
     tf32: bool = True
     read_every: int | None = None
+    blas_threads: int | None = 1
     stream: TextIO | None = None
     progress_stream: TextIO | None = None
     changed: dict[str, Any] = field(default_factory=dict)
@@ -155,11 +177,32 @@ def _tf32(enabled: bool) -> Iterator[None]:
         ignis.set_allow_tf32(before)
 
 
+class DemoInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run (after saving, unless it was pressed twice).
+
+    ``step``: the step of the checkpoint this run left in ``out_dir`` (None: it saved none).
+    A ``KeyboardInterrupt``, so code that stops on Ctrl-C stops here too; the command line
+    turns it into exit status 130, the shell's status of a command ended by SIGINT.
+    """
+
+    def __init__(self, step: int | None, out_dir: str):
+        super().__init__(step, out_dir)
+        self.step = step
+        self.out_dir = out_dir
+
+    def __str__(self) -> str:
+        if self.step is None:
+            return f"interrupted before a checkpoint was saved in {self.out_dir}"
+        return f"interrupted: the checkpoint in {self.out_dir} is at step {self.step}"
+
+
 class _StopRequest:
-    """Ctrl-C asks the loop to stop after the current step (and save); a second one aborts."""
+    """Ctrl-C asks the loop to stop after the current step (and save); a second one aborts at
+    once, except inside :meth:`saving`, which it lets finish (the run stops right after)."""
 
     def __init__(self) -> None:
         self.requested = False
+        self._saving = False
         self._previous: Any = None
 
     def __enter__(self) -> _StopRequest:
@@ -168,13 +211,35 @@ class _StopRequest:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
+        if not self.requested:
+            self.requested = True
+        elif not self._saving:
             raise KeyboardInterrupt
-        self.requested = True
+        # else: a second Ctrl-C during a save; the save completes, then the run stops (the
+        # first one already asked for that)
+
+    @contextmanager
+    def saving(self) -> Iterator[None]:
+        """A block that Ctrl-C does not cut short (a checkpoint save)."""
+        self._saving = True
+        try:
+            yield
+        finally:
+            self._saving = False
 
     def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+@contextmanager
+def _cpu_threads(device: str, n: int | None) -> Iterator[int | None]:
+    # BLAS threads matter only where the CPU backend does the products.
+    if device != "cpu" or n is None:
+        yield None
+        return
+    with blas_threads(n) as in_effect:
+        yield in_effect
 
 
 def _resolve_text(opts: RunOptions, ck: Checkpoint | None) -> tuple[str, str]:
@@ -342,13 +407,16 @@ def _prompt_ids(vocab: CharVocab, prompt: str | None) -> np.ndarray:
 
 
 def _train(
-    tr: Trainer, end: int, opts: RunOptions, bar: Progress, say: _Printer
+    tr: Trainer, end: int, opts: RunOptions, bar: Progress, say: _Printer, stop: _StopRequest
 ) -> tuple[float, int]:
-    """Step until ``end`` (or Ctrl-C), logging, evaluating and saving on the way; returns
-    (seconds spent training, not counting evaluations and saves; tokens trained on).
+    """Step until ``end``, logging, evaluating and saving on the way; returns (seconds spent
+    training, not counting evaluations and saves; tokens trained on).
 
     On a GPU the losses are read every few steps rather than after each one: reading one
     waits for its step to finish, and the host would then sit idle while the device runs.
+
+    Ctrl-C (``stop``): the step in flight finishes, is evaluated and saved, and
+    :class:`DemoInterrupted` is raised; see the module notes.
     """
     cfg = tr.cfg
     read_every = opts.read_every or (10 if tr.device.startswith("cuda") else 1)
@@ -356,6 +424,7 @@ def _train(
     t_start = time.perf_counter()
     aside = 0.0  # seconds of evaluation and saving, left out of the training time
     tokens = 0
+    saved = tr.step if opts.resume else None  # step of the checkpoint this run stands on
 
     def read_losses() -> float:
         value = float("nan")
@@ -371,7 +440,7 @@ def _train(
         pending.clear()
         return value
 
-    with _StopRequest() as stop:
+    try:
         while tr.step < end:
             pending.append((tr.step + 1, tr.train_step()))
             tokens += cfg.tokens_per_step
@@ -379,7 +448,7 @@ def _train(
             interrupted = stop.requested
             log = step % cfg.log_interval == 0 or step == end
             evaluate = step % cfg.eval_interval == 0 or step == end or interrupted
-            if not (log or evaluate or interrupted or step % read_every == 0):
+            if not (log or evaluate or step % read_every == 0):
                 continue
             value = read_losses()
             if log:
@@ -391,18 +460,40 @@ def _train(
             if evaluate:
                 t0 = time.perf_counter()
                 say(f"step {step:>6}/{cfg.steps} | held-out loss {tr.evaluate():.4f}")
-                tr.save(opts.out_dir)
+                with stop.saving():
+                    tr.save(opts.out_dir)
+                saved = step
                 aside += time.perf_counter() - t0
-            if interrupted:
-                say(f"interrupted: checkpoint at step {step}; continue with --resume")
-                break
+                if stop.requested:  # Ctrl-C before or during this evaluation and save
+                    _say_interrupted(say, step, opts.out_dir)
+                    raise DemoInterrupted(step, opts.out_dir)
+    except DemoInterrupted:
+        raise
+    except KeyboardInterrupt:
+        # A second Ctrl-C outside a save: stop now; the last checkpoint is whole.
+        where = (
+            f"the checkpoint in {opts.out_dir} is at step {saved}"
+            if saved is not None
+            else "this run saved no checkpoint"
+        )
+        say(f"interrupted again: stopped after step {tr.step}; {where}", always=True)
+        raise DemoInterrupted(saved, opts.out_dir) from None
     return time.perf_counter() - t_start - aside, tokens
+
+
+def _say_interrupted(say: _Printer, step: int, out_dir: str) -> None:
+    say(
+        f"interrupted: checkpoint of step {step} saved in {out_dir}; "
+        f"continue with --resume --out {out_dir}",
+        always=True,
+    )
 
 
 def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
     """Train (or continue training) the character-level GPT and write the outputs.
 
-    Raises :class:`DemoError` for bad input (text, checkpoint, settings).
+    Raises :class:`DemoError` for bad input (text, checkpoint, settings) and
+    :class:`DemoInterrupted` after Ctrl-C (with the checkpoint saved; see the module notes).
     """
     ck = None
     if opts.resume:
@@ -420,6 +511,7 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
         _default_device(device),
         _own_random_stream(),
         _tf32(opts.tf32 and device.startswith("cuda")),
+        _cpu_threads(device, opts.blas_threads) as threads,
     ):
         tr = Trainer(cfg, vocab, data, device, {"source": source, "digest": text_digest(text)})
         if ck is not None:
@@ -428,7 +520,9 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
             f"ignis demo: {tr.n_params:,} parameters | {cfg.n_layers} layers, dim {cfg.dim}, "
             f"{cfg.n_heads} heads, context {cfg.context} | vocabulary {vocab.size} | "
             f"{len(data.splits['train']):,} training / {len(data.splits['val']):,} held-out "
-            f"characters ({source}) | {device}, {cfg.dtype}"
+            f"characters ({source}) | {device}"
+            + (f" ({threads} BLAS thread{'s' if threads != 1 else ''})" if threads else "")
+            + f", {cfg.dtype}"
         )
         if ck is not None:
             say(f"resuming from step {tr.step} in {opts.out_dir}")
@@ -446,12 +540,19 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
         )
         bar = Progress(end, start=tr.step, stream=progress_stream)
         say.bar = bar
-        train_time, tokens = _train(tr, end, opts, bar, say)
-        bar.close()
-
-        if not tr.history["val"] or tr.history["val"][-1][0] != tr.step:
-            tr.evaluate()
-            tr.save(opts.out_dir)
+        with _StopRequest() as stop:
+            try:
+                train_time, tokens = _train(tr, end, opts, bar, say, stop)
+            finally:
+                bar.close()
+            if not tr.history["val"] or tr.history["val"][-1][0] != tr.step:
+                tr.evaluate()  # nothing was trained: evaluate the checkpoint as it is
+                with stop.saving():
+                    tr.save(opts.out_dir)
+                if stop.requested:
+                    _say_interrupted(say, tr.step, opts.out_dir)
+                    raise DemoInterrupted(tr.step, opts.out_dir)
+        # From here on Ctrl-C is Python's KeyboardInterrupt again: the checkpoint is complete.
         val_loss = tr.history["val"][-1][1]
         sample = ""
         if opts.sample_tokens > 0:
