@@ -232,6 +232,7 @@ def _compile(
 
 
 @pytest.mark.parametrize("family", sorted(NAME_SETS))
+@pytest.mark.exhaustive
 def test_every_elementwise_instance_compiles(family: str) -> None:
     names = list(dict.fromkeys(NAME_SETS[family]()))
     # PTX only (the front end and the optimizer catch template errors); batches keep each
@@ -242,6 +243,7 @@ def test_every_elementwise_instance_compiles(family: str) -> None:
         assert set(obj.lowered_names) == set(batch)
 
 
+@pytest.mark.exhaustive
 def test_kernels_keep_their_registers() -> None:
     # Machine code for a sample of every family: nothing spills, and nothing but sin/cos
     # (whose large-argument range reduction keeps a table on the stack) has a stack frame, so
@@ -952,6 +954,7 @@ UNARY_CALLS = {
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
 @pytest.mark.parametrize("d", ALL_DTYPES, ids=str)
+@pytest.mark.exhaustive
 def test_emulated_unary_matches_cpu(emu, d, layout, rng) -> None:
     for name, fn in UNARY_CALLS.items():
         op = "gelu" if name.startswith("gelu") else name
@@ -967,6 +970,7 @@ BINARY_CALLS = {op: getattr(ignis, op) for op in sem.BINARY_OPS}
 
 @pytest.mark.parametrize("layout", ["contiguous", "sliced", "offset"])
 @pytest.mark.parametrize("d", ALL_DTYPES, ids=str)
+@pytest.mark.exhaustive
 def test_emulated_binary_matches_cpu(emu, d, layout, rng) -> None:
     for op, fn in BINARY_CALLS.items():
         if d is dt.bool_ and op in ("subtract", "power"):
@@ -1008,6 +1012,7 @@ def _bcast_launches() -> list[str]:
 
 
 @pytest.mark.parametrize("d", ALL_DTYPES, ids=str)
+@pytest.mark.exhaustive
 def test_emulated_broadcast_kernels_match_cpu(emu, d, rng) -> None:
     # Rows and columns on either side, vector and scalar widths, every op the dtype takes.
     for op, fn in BINARY_CALLS.items():

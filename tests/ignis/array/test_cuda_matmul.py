@@ -462,6 +462,7 @@ def isolated_cache(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("family, dtype", GROUPS, ids=[f"{f}-{d}" for f, d in GROUPS])
+@pytest.mark.exhaustive
 def test_every_instance_compiles(family, dtype, arch, isolated_cache):
     names = _names(family, dtype)
     obj = ignis.compile(_sources.read_source("matmul.cu"), CompileOptions(arch=arch),
@@ -477,6 +478,7 @@ FAST = [("tc", "float16"), ("tc", "bfloat16"), ("tc", "float32"), ("simt", "floa
 
 
 @pytest.mark.parametrize("family, dtype", FAST, ids=[f"{f}-{d}" for f, d in FAST])
+@pytest.mark.exhaustive
 def test_fast_layouts_do_not_spill(family, dtype, isolated_cache):
     names = _names(family, dtype, layouts=(0, 1))
     obj = ignis.compile(_sources.read_source("matmul.cu"),
@@ -758,6 +760,7 @@ EMU_GROUPS = GROUPS
 
 
 @pytest.mark.parametrize("family, dtype", EMU_GROUPS, ids=[f"{f}-{d}" for f, d in EMU_GROUPS])
+@pytest.mark.exhaustive
 def test_kernels_on_the_host_emulator(emulator, tmp_path, family, dtype):
     for i, (batch, m, n, k, kinds, alpha, beta) in enumerate(EMU_SHAPES):
         a_b, b_b = ((1,), (0,)) if batch else ((), ())
@@ -765,7 +768,7 @@ def test_kernels_on_the_host_emulator(emulator, tmp_path, family, dtype):
                      seed=i, a_bcast=a_b, b_bcast=b_b)
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("family, dtype", EMU_GROUPS, ids=[f"{f}-{d}" for f, d in EMU_GROUPS])
 def test_every_layout_pair_on_the_host_emulator(emulator, tmp_path, family, dtype):
     kinds = ["row", "col", "rowu", "gen"]
@@ -796,6 +799,7 @@ FAULTS = {"mma-drops-a-k-term": 1, "ldmatrix-trans-does-not-transpose": 2,
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.exhaustive
 def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault, dtype):
     if dtype == "float32" and fault.startswith("ldmatrix"):
         pytest.skip("the TF32 kernel loads its fragments without ldmatrix")
@@ -817,6 +821,7 @@ MUTATIONS = {  # name: (family, text of matmul.cu, replacement)
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
+@pytest.mark.exhaustive
 def test_a_broken_kernel_is_caught(tmp_path, mutation):
     family, text, replacement = MUTATIONS[mutation]
     src = tmp_path / "cuda_src"

@@ -500,6 +500,7 @@ WIDE_CASES = [
 
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.exhaustive
 def test_planned_reductions_match_the_cpu_backend(
     emu, host_backend, small_thresholds, op, dtype, rng
 ):
@@ -527,6 +528,7 @@ def test_planned_var_ddof_and_count(emu, host_backend, small_thresholds, rng):
 
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.exhaustive
 def test_planned_wide_column_reductions(emu, host_backend, wide_thresholds, op, dtype, rng):
     for name, shape, view, axis in WIDE_CASES:
         x = _cpu(random_array(rng, shape, dtype), view)
@@ -827,12 +829,13 @@ def _covering(names: list[str]) -> list[str]:
     return chosen
 
 
+@pytest.mark.exhaustive
 def test_planned_kernels_compile_for_sm90(emu, host_backend, small_thresholds, monkeypatch, rng):
     # A covering subset (the full set takes minutes): each kernel, type and op at least once.
     _compile_all(_covering(_planned_kernel_names(emu, host_backend, rng, monkeypatch)))
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_every_planned_kernel_compiles_for_sm90(
     emu, host_backend, small_thresholds, monkeypatch, rng
 ):
@@ -887,6 +890,7 @@ NO_SPILL = {
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.exhaustive
 def test_register_resident_kernels_do_not_spill(arch):
     for source, names in NO_SPILL.items():
         obj = ignis.compile(

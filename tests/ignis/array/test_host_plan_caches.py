@@ -101,6 +101,7 @@ TEMP_CASES = [
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("op", ["sum", "mean", "max", "var"])
+@pytest.mark.exhaustive
 def test_recipes_with_temporaries_match_numpy_on_new_data(planner, op, dtype, rng):
     for name, shape, view, axis, kernel in TEMP_CASES:
         planner.planned.clear()

@@ -44,6 +44,7 @@ def np_take(a: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("source", ["indexing.cu", "dropout.cu", "rope.cu"])
+@pytest.mark.exhaustive
 def test_every_kernel_instance_compiles_for_sm90(source: str) -> None:
     names = cuda_indexing.kernel_names()[source]
     assert names

@@ -221,6 +221,7 @@ def test_bad_input_names_the_operation() -> None:
 # --- kernels -----------------------------------------------------------------------------------
 
 
+@pytest.mark.exhaustive
 def test_every_kernel_instance_compiles_for_sm90() -> None:
     names = cuda_activation.kernel_names()
     assert len(names) == len(set(names)) == 6 * 6 * 2

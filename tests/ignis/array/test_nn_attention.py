@@ -471,6 +471,7 @@ def test_device_mismatch_is_named():
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.exhaustive
 def test_every_kernel_instantiation_compiles(dtype):
     # Two head dims (the smallest and the odd one) keep this quick; the templates do not
     # depend on D beyond loop bounds.
@@ -487,6 +488,7 @@ def test_every_kernel_instantiation_compiles(dtype):
 
 
 @pytest.mark.parametrize("variant", list(cuda_attention.BWD_TILE_VARIANTS))
+@pytest.mark.exhaustive
 def test_every_backward_tile_variant_compiles(variant):
     # The dK/dV and fused kernels of each variant at every padded head dim (the fused dQ
     # product's column split, the K/V fragments in registers and the launch bounds' minimum
@@ -523,7 +525,7 @@ def ptxas_report(names):
     return {by_symbol[sym]: (int(regs), int(spills)) for sym, spills, regs in found}
 
 
-@pytest.mark.slow  # about 100 s of NVRTC
+@pytest.mark.exhaustive  # about 100 s of NVRTC
 def test_backward_tile_variants_fit_their_registers(tmp_path, monkeypatch):
     # Every variant, float16 and bfloat16, every padded head dim, causal or not: registers within
     # the launch bounds (2 blocks of 8 warps: 128), and at most a few spilled words (ptxas
@@ -1266,6 +1268,7 @@ def emulator(tmp_path_factory):
 
 
 @pytest.mark.parametrize("build,runs", EMULATED, ids=[b[0] for b, _ in EMULATED])
+@pytest.mark.exhaustive
 def test_kernels_on_the_host_emulator(emulator, tmp_path, build, runs):
     name, ctype, dim, causal, tc = build
     exe = emulator.build(name, EMU_T=ctype, EMU_D=dim, EMU_CAUSAL=causal, EMU_TC=tc)
@@ -1318,6 +1321,7 @@ def build_with_tiles(emulator, build, variant):
 
 @pytest.mark.parametrize("variant", _emulated_variants())
 @pytest.mark.parametrize("build,runs", TILE_BUILDS, ids=[b[0] for b, _ in TILE_BUILDS])
+@pytest.mark.exhaustive
 def test_backward_tile_variants_on_the_host_emulator(emulator, tmp_path, build, runs, variant):
     exe = build_with_tiles(emulator, build, variant)
     name, _, dim, causal = build
@@ -1368,6 +1372,7 @@ def _inject(src, old, new, fault, once=True):
 
 
 @pytest.mark.parametrize("fault", sorted(TILE_FAULTS))
+@pytest.mark.exhaustive
 def test_a_faulty_tile_variant_is_caught(tmp_path, fault):
     import shutil
 
@@ -1469,6 +1474,7 @@ def run_emulated(
 @pytest.mark.parametrize("fault", [1, 2, 3], ids=["mma-drops-a-k-term",
                                                   "ldmatrix-trans-does-not-transpose",
                                                   "cp-async-wait-leaves-a-group"])
+@pytest.mark.exhaustive
 def test_a_faulty_emulated_primitive_is_caught(emulator, tmp_path, fault):
     exe = emulator.build(f"bf16_64_causal_fault{fault}", EMU_T="ignis::bfloat16", EMU_D=64,
                          EMU_CAUSAL=1, EMU_TC=1, EMU_FAULT=fault)
@@ -1495,6 +1501,7 @@ STRIDE_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(STRIDE_FAULTS))
+@pytest.mark.exhaustive
 def test_a_stride_fault_is_caught(tmp_path, fault):
     import shutil
 

@@ -131,6 +131,7 @@ def test_tiled_shared_memory_fits_sm80_and_sm90(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.exhaustive
 def test_every_tiled_instantiation_compiles(dtype):
     names = set()
     for e in (64, 128):
@@ -396,6 +397,7 @@ def _build_tiled(emulator, dtype, dim, causal):
 
 
 @pytest.mark.parametrize("build,runs", EMULATED, ids=lambda x: "-".join(map(str, x)))
+@pytest.mark.exhaustive
 def test_tiled_kernels_on_the_host_emulator(tiled_emulator, tmp_path, build, runs):
     dtype, dim, causal = build
     exe = _build_tiled(tiled_emulator, dtype, dim, causal)
@@ -462,6 +464,7 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
+@pytest.mark.exhaustive
 def test_a_faulty_tiled_kernel_is_caught(tmp_path, fault):
     import shutil
 
@@ -594,6 +597,7 @@ FUSED_BUILDS = [(d, dim, c) for d in ("float32", "float64") for dim in (64, 128)
 
 
 @pytest.mark.parametrize("build", FUSED_BUILDS, ids=lambda b: "-".join(map(str, b)))
+@pytest.mark.exhaustive
 def test_fused_backward_on_the_host_emulator(tiled_emulator, tmp_path, build):
     dtype, dim, causal = build
     exe = _build_tiled(tiled_emulator, dtype, dim, causal)
@@ -636,6 +640,7 @@ FUSED_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(FUSED_FAULTS))
+@pytest.mark.exhaustive
 def test_a_faulty_fused_backward_is_caught(tmp_path, fault):
     import shutil
 
@@ -653,6 +658,7 @@ def test_a_faulty_fused_backward_is_caught(tmp_path, fault):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.exhaustive
 def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monkeypatch):
     # The fused kernel keeps the dK/dV kernel's launch bounds: registers within them, and no
     # more spilled than the two-pass dK/dV kernel of the same tiles spills.

@@ -257,6 +257,7 @@ def all_wgmma_names() -> list[str]:
     ]
 
 
+@pytest.mark.exhaustive
 def test_every_hopper_forward_compiles_for_sm90a():
     from ignis._signature import parse_kernel_params
 
@@ -290,7 +291,7 @@ def test_every_hopper_forward_compiles_for_sm90a():
         assert (last.ctype, last.name) == ("Layout", "lay"), (name, last)
 
 
-@pytest.mark.slow  # about 10 s of NVRTC
+@pytest.mark.exhaustive  # about 10 s of NVRTC
 def test_hopper_kernels_fit_their_registers():
     # One block per SM of 128 * groups threads: 65536 / threads registers each at most, and few
     # spilled words (SPILL_LIMIT).

@@ -1045,6 +1045,7 @@ def _run_family(rng, dtype, shape, misalign=False):
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.exhaustive
 def test_planned_kernels_match_the_cpu_backend(emu, small_thresholds, dtype):
     for i, shape in enumerate(PLAN_SHAPES):
         for misalign in (False, True):
@@ -1165,6 +1166,7 @@ def _covering(names: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return chosen
 
 
+@pytest.mark.exhaustive
 def test_planned_kernels_compile_for_sm90(rng):
     names = _planned_names(rng)
     kinds = {split_name(n)[0] for _, n in names}
@@ -1184,7 +1186,7 @@ def test_planned_kernels_compile_for_sm90(rng):
     _compile_all(_covering(names))
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 def test_every_planned_kernel_compiles_for_sm90(rng):
     _compile_all(_planned_names(rng))
 
