@@ -179,8 +179,10 @@ template <> struct Pair<float16> {
     return d;
   }
   static IGNIS_DEV uint32 lowest() { return 0xfc00fc00u; }
-  static IGNIS_DEV float lo(uint32 w) { return to_float(float16{(uint16)(w & 0xffffu)}); }
-  static IGNIS_DEV float hi(uint32 w) { return to_float(float16{(uint16)(w >> 16)}); }
+  static IGNIS_DEV float lo(uint32 w) {
+    return to_float(float16::from_bits((uint16)(w & 0xffffu)));
+  }
+  static IGNIS_DEV float hi(uint32 w) { return to_float(float16::from_bits((uint16)(w >> 16))); }
   static IGNIS_DEV uint32 pack(float lo_value, float hi_value) {
     uint32 d;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi_value), "f"(lo_value));

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
 
 import ignis
-from ignis import CompileError, CompileOptions, ObjectCode, _compiler, _sources, jit
+from ignis import CompileError, CompileOptions, ObjectCode, _bindings, _compiler, _sources, jit
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -315,10 +316,67 @@ def test_ptx_when_nvrtc_is_older_than_the_target(monkeypatch):
     assert "--gpu-architecture=compute_86" in obj.options
 
 
-def test_ptx_for_an_arch_newer_than_any_nvrtc_knows():
-    newest = jit.supported_archs()[-1]
-    obj = ignis.compile(unique(SCALE), CompileOptions(arch="sm_999"))
-    assert obj.kind == "ptx" and obj.arch == f"compute_{newest}"
+@pytest.mark.parametrize("arch", ["sm_999", "sm_900", "compute_809", "sm_91", "sm_119a"])
+def test_unknown_arch_is_an_error_naming_the_known_ones(arch):
+    # sm_900 is a typo of sm_90: it used to become PTX for the newest architecture silently.
+    with pytest.raises(ValueError, match="is not a known NVIDIA GPU architecture") as info:
+        CompileOptions(arch=arch)
+    message = str(info.value)
+    assert repr(arch) in message
+    assert ", ".join(str(cc) for cc in jit.known_archs()) in message
+
+
+def test_every_known_arch_is_accepted_with_its_suffixes():
+    for cc in jit.known_archs():
+        for arch in (f"sm_{cc}", f"compute_{cc}", f"sm_{cc}a", f"sm_{cc}f"):
+            assert CompileOptions(arch=arch).arch == arch
+
+
+def test_nvrtc_supports_only_known_archs():
+    # The table of known architectures against NVRTC's own list: an NVRTC that generates code
+    # for an architecture the table lacks means the table needs that architecture.
+    assert set(jit.supported_archs()) <= set(jit.known_archs())
+    assert jit.known_archs() == tuple(sorted(set(jit.known_archs())))
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """The PTX fallback warns once per architecture and process: start with none warned."""
+    monkeypatch.setattr(_compiler, "_warned_fallbacks", set())
+
+
+def test_known_arch_newer_than_nvrtc_gives_ptx_and_a_warning(monkeypatch, caplog, fresh_warnings):
+    monkeypatch.setattr(_compiler, "supported_archs", lambda: (75, 80, 86))
+    with caplog.at_level(logging.WARNING, logger="ignis"):
+        obj = ignis.compile(unique(SCALE), CompileOptions(arch="sm_90"))
+        ignis.compile(unique(SCALE), CompileOptions(arch="sm_90"))  # warned once, not again
+    assert obj.kind == "ptx" and obj.arch == "compute_86"
+    warnings = [r for r in caplog.records if r.name == "ignis" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "sm_90" in warnings[0].getMessage() and "compute_86" in warnings[0].getMessage()
+
+
+def test_a_known_arch_this_nvrtc_lacks_gives_ptx_for_the_newest_older(caplog, fresh_warnings):
+    # Real NVRTC, no stand-in: e.g. NVRTC 12.9 has no sm_110 (CUDA 13) and no sm_88.
+    supported = jit.supported_archs()
+    missing = [cc for cc in jit.known_archs() if cc > supported[0] and cc not in supported]
+    if not missing:
+        pytest.skip(f"this NVRTC supports every known architecture from {supported[0]} on")
+    cc = missing[-1]
+    older = max(a for a in supported if a < cc)
+    with caplog.at_level(logging.WARNING, logger="ignis"):
+        obj = ignis.compile(unique(SCALE), CompileOptions(arch=f"sm_{cc}"))
+    assert obj.kind == "ptx" and obj.arch == f"compute_{older}"
+    assert f".target sm_{older}" in obj.code.decode()
+    assert any(
+        r.levelno == logging.WARNING and f"sm_{cc}" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_supported_arch_gives_no_warning(caplog, fresh_warnings):
+    with caplog.at_level(logging.DEBUG, logger="ignis"):
+        ignis.compile(unique(SCALE), CompileOptions(arch="sm_90"))
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_select_target_rules(monkeypatch):
@@ -344,7 +402,7 @@ def test_explicit_compute_arch_gives_ptx():
     assert ".target sm_80" in obj.code.decode()
 
 
-# --- the current device's architecture ---------------------------------------------------------
+# --- the current device's architecture, or the default without a GPU -------------------------
 
 
 class _FakeDevice:
@@ -353,15 +411,94 @@ class _FakeDevice:
     ordinal = 0
 
 
-def test_arch_none_uses_the_current_device(monkeypatch):
+@pytest.fixture
+def no_gpu(monkeypatch):
+    """This process sees no GPU (whatever the machine has), as the bindings seam reports it."""
+    monkeypatch.setattr(
+        _bindings, "_init_state", {"done": True, "ok": False, "reason": "no GPU (test)"}
+    )
+    monkeypatch.delenv("IGNIS_ARCH", raising=False)
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A driver with one device of ``_FakeDevice.arch``; nothing is loaded on it."""
     import ignis._device
 
+    monkeypatch.setattr(_bindings, "_init_state", {"done": True, "ok": True, "reason": ""})
     monkeypatch.setattr(ignis._device, "current_device", lambda: _FakeDevice())
+    monkeypatch.delenv("IGNIS_ARCH", raising=False)
+
+
+def test_arch_none_uses_the_current_device(fake_gpu):
     obj = ignis.compile(unique(SCALE))
     assert obj.kind == "cubin" and obj.arch == "sm_86"
 
 
-@pytest.mark.skipif(ignis.is_available(), reason="checks the behaviour without a GPU")
-def test_arch_none_without_a_gpu_says_so():
-    with pytest.raises(ignis.NoDeviceError):
+def test_ignis_arch_does_not_override_a_real_device(fake_gpu, monkeypatch):
+    # The code is for the GPU that is there: a stale IGNIS_ARCH must not make it unloadable.
+    monkeypatch.setenv("IGNIS_ARCH", "sm_80")
+    assert ignis.compile(unique(SCALE)).arch == "sm_86"
+
+
+def test_a_device_arch_newer_than_the_known_table_is_trusted(fake_gpu, monkeypatch, caplog):
+    # A GPU newer than this ignis: its own arch compiles (PTX for the newest NVRTC target).
+    monkeypatch.setattr(_FakeDevice, "arch", "sm_130")
+    monkeypatch.setattr(_compiler, "_warned_fallbacks", set())
+    with caplog.at_level(logging.WARNING, logger="ignis"):
+        obj = ignis.compile(unique(SCALE))
+    assert obj.kind == "ptx" and obj.arch == f"compute_{jit.supported_archs()[-1]}"
+    assert any("sm_130" in r.getMessage() for r in caplog.records)
+
+
+def test_arch_none_without_a_gpu_compiles_for_the_default(no_gpu):
+    assert jit.default_arch() == _compiler.DEFAULT_ARCH == "sm_90"
+    obj = ignis.compile(unique(SCALE))
+    assert obj.kind == "cubin" and obj.arch == "sm_90"
+    assert obj.code.startswith(ELF_MAGIC)
+
+
+def test_ignis_arch_sets_the_default_without_a_gpu(no_gpu, monkeypatch):
+    monkeypatch.setenv("IGNIS_ARCH", "sm_80")
+    assert jit.default_arch() == "sm_80"
+    assert ignis.compile(unique(SCALE)).arch == "sm_80"
+    monkeypatch.setenv("IGNIS_ARCH", "compute_75")
+    obj = ignis.compile(unique(SCALE))
+    assert obj.kind == "ptx" and obj.arch == "compute_75"
+
+
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        ("sm_900", r"^IGNIS_ARCH: CompileOptions: 'sm_900' is not a known NVIDIA GPU architecture"),
+        ("ampere", r"^IGNIS_ARCH: CompileOptions: arch must name a GPU architecture.*'ampere'"),
+    ],
+)
+def test_ignis_arch_is_validated_like_arch(no_gpu, monkeypatch, value, pattern):
+    monkeypatch.setenv("IGNIS_ARCH", value)
+    with pytest.raises(ValueError, match=pattern):
         ignis.compile(unique(SCALE))
+    with pytest.raises(ValueError, match=pattern):
+        jit.default_arch()
+
+
+SYNTAX_ERROR = 'extern "C" __global__ void k(float* x) { x[0] = 1.0f }\n'  # no ';'
+
+
+def test_a_syntax_error_is_a_compile_error_without_a_gpu(no_gpu):
+    with pytest.raises(CompileError, match='expected a ";"') as info:
+        ignis.compile(unique(SYNTAX_ERROR))
+    assert "--gpu-architecture=sm_90" in info.value.options
+
+
+def test_a_syntax_error_is_a_compile_error_with_a_gpu(fake_gpu):
+    with pytest.raises(CompileError, match='expected a ";"') as info:
+        ignis.compile(unique(SYNTAX_ERROR))
+    assert "--gpu-architecture=sm_86" in info.value.options
+
+
+def test_a_syntax_error_is_a_compile_error_on_this_machine(monkeypatch):
+    # Whatever this machine has (GPU or not), without any stand-in.
+    monkeypatch.delenv("IGNIS_ARCH", raising=False)
+    with pytest.raises(CompileError, match='expected a ";"'):
+        ignis.compile(unique(SYNTAX_ERROR))

@@ -12,6 +12,7 @@ from ._errors import (
     IgnisError,
     LaunchError,
     NoDeviceError,
+    NvrtcNotFoundError,
     OutOfMemoryError,
     ShapeError,
 )

@@ -2,7 +2,9 @@
 
 It lists the versions of ignis, cuda-bindings, NVRTC and the driver, each device with its key
 properties and the compile-cache directory, and where a GPU exists it compiles, launches and
-verifies a kernel. It exits 0 without a GPU, saying so, and 1 if the self-check fails.
+verifies a kernel. It exits 0 without a GPU, saying so, and 1 if the self-check fails. A part
+of the installation that is missing (cuda-bindings, the NVRTC library) is reported on its line,
+with the pip extra that installs it, instead of a traceback; without a GPU that still exits 0.
 """
 
 from __future__ import annotations
@@ -14,7 +16,15 @@ import time
 import numpy as np
 
 from . import __version__
-from ._bindings import bindings_version, driver_available, driver_unavailable_reason, driver_version, nvrtc_version
+from ._bindings import (
+    bindings_unavailable_reason,
+    bindings_version,
+    driver_available,
+    driver_unavailable_reason,
+    driver_version,
+    nvrtc_unavailable_reason,
+    nvrtc_version,
+)
 
 
 def _fmt_gib(n: int) -> str:
@@ -29,14 +39,17 @@ def _device_lines() -> list[str]:
         d = Device(i)
         p = d.properties
         free, total = d.mem_info()
+        major, minor = p["compute_capability"]
+        smem, optin = p["max_shared_memory_per_block"], p["max_shared_memory_per_block_optin"]
         lines += [
-            f"  cuda:{i}  {d.name}  ({d.arch}, compute capability {p['compute_capability'][0]}.{p['compute_capability'][1]})",
+            f"  cuda:{i}  {d.name}  ({d.arch}, compute capability {major}.{minor})",
             f"      memory           {_fmt_gib(free)} free of {_fmt_gib(total)}",
-            f"      multiprocessors  {p['multiprocessor_count']} x {p['max_threads_per_multiprocessor']} threads,"
-            f" {p['clock_rate_khz'] / 1e6:.2f} GHz",
-            f"      shared memory    {p['max_shared_memory_per_block'] // 1024} KiB per block"
-            f" ({p['max_shared_memory_per_block_optin'] // 1024} KiB opt-in), L2 {p['l2_cache_size'] // 2**20} MiB",
-            f"      memory bus       {p['memory_bus_width_bits']} bit at {p['memory_clock_rate_khz'] / 1e6:.2f} GHz;"
+            f"      multiprocessors  {p['multiprocessor_count']} x "
+            f"{p['max_threads_per_multiprocessor']} threads, {p['clock_rate_khz'] / 1e6:.2f} GHz",
+            f"      shared memory    {smem // 1024} KiB per block ({optin // 1024} KiB opt-in), "
+            f"L2 {p['l2_cache_size'] // 2**20} MiB",
+            f"      memory bus       {p['memory_bus_width_bits']} bit at "
+            f"{p['memory_clock_rate_khz'] / 1e6:.2f} GHz;"
             f" cooperative launch {'yes' if p['cooperative_launch'] else 'no'};"
             f" memory pools {'yes' if p['memory_pools_supported'] else 'no'}",
         ]
@@ -61,7 +74,11 @@ def self_check() -> tuple[bool, str]:
     for i in range(device_count()):
         with Device(i) as dev:
             t0 = time.perf_counter()
-            code = jit.compile(source, options=jit.CompileOptions(arch=dev.arch), name_expressions=("ignis_selfcheck_axpy",))
+            code = jit.compile(
+                source,
+                options=jit.CompileOptions(arch=dev.arch),
+                name_expressions=("ignis_selfcheck_axpy",),
+            )
             kernel = Kernel.from_object_code(code, "ignis_selfcheck_axpy", source)
             bx, by = alloc(x.nbytes), alloc(y.nbytes)
             bx.copy_from_host(x)
@@ -78,30 +95,55 @@ def self_check() -> tuple[bool, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ignis", description="Print the ignis environment report.")
-    parser.add_argument("--no-self-check", action="store_true", help="skip compiling and launching a test kernel")
+    parser = argparse.ArgumentParser(
+        prog="ignis", description="Print the ignis environment report."
+    )
+    parser.add_argument(
+        "--no-self-check", action="store_true", help="skip compiling and launching a test kernel"
+    )
     args = parser.parse_args(argv)
 
     from .jit import cache_dir
 
-    major, minor = nvrtc_version()
+    # A missing part of the installation is a line of the report, never a traceback: the
+    # report is what a user runs to find out what is missing.
+    bindings_problem = bindings_unavailable_reason()
+    nvrtc_problem = nvrtc_unavailable_reason()
     drv = driver_version()
     print(f"ignis {__version__}")
     print(f"  python          {sys.version.split()[0]}")
     print(f"  numpy           {np.__version__}")
-    print(f"  cuda-bindings   {bindings_version()}")
-    print(f"  NVRTC           {major}.{minor}")
-    print(f"  CUDA driver     {'%d.%d' % drv if drv else 'not available'}")
+    if bindings_problem:
+        print(f"  cuda-bindings   {bindings_problem}")
+        print("  NVRTC           not usable without cuda-bindings (see above)")
+    else:
+        print(f"  cuda-bindings   {bindings_version()}")
+        if nvrtc_problem:
+            print(f"  NVRTC           {nvrtc_problem}")
+        else:
+            major, minor = nvrtc_version()
+            print(f"  NVRTC           {major}.{minor}")
+    print(f"  CUDA driver     {'{}.{}'.format(*drv) if drv else 'not available'}")
     print(f"  compile cache   {cache_dir() or 'disabled'}")
     if not driver_available():
-        print(f"no GPU: {driver_unavailable_reason()}")
-        print("ignis works without a GPU: arrays run on the CPU backend; kernels still compile with NVRTC.")
+        why = "cuda-bindings is not installed (see above)" if bindings_problem else None
+        print(f"no GPU: {why or driver_unavailable_reason()}")
+        compiles = (
+            "kernels still compile with NVRTC"
+            if not nvrtc_problem
+            else "kernels compile once NVRTC is installed (see above)"
+        )
+        print(f"ignis works without a GPU: arrays run on the CPU backend; {compiles}.")
         return 0
     print("devices:")
     for line in _device_lines():
         print(line)
     if args.no_self_check:
         return 0
+    if nvrtc_problem:
+        # A GPU that ignis cannot compile kernels for is not usable: that is a failure.
+        print("self-check FAILED: NVRTC was not found, so no kernel can be compiled (see above)")
+        return 1
     ok, summary = self_check()
     print(summary)
     return 0 if ok else 1

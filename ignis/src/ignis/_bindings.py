@@ -17,15 +17,23 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ._errors import CudaError, NoDeviceError
+from ._errors import CudaError, NoDeviceError, NvrtcNotFoundError
 
 try:  # cuda-bindings >= 12.6 lays the modules out under cuda.bindings
     from cuda.bindings import driver, nvrtc
+
     _IMPORT_ERROR: BaseException | None = None
-except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+except ImportError as exc:  # a base install without the cu12/cu13 extra: CPU arrays still work
     driver = None  # type: ignore[assignment]
     nvrtc = None  # type: ignore[assignment]
     _IMPORT_ERROR = exc
+
+# What installs the CUDA parts (cuda-bindings and the NVRTC wheel): the one place that says it,
+# for every message about a missing part and for the environment report.
+INSTALL_HINT = (
+    'pip install "ignis-cuda[cu12]" (CUDA 12 drivers) or "ignis-cuda[cu13]" (CUDA 13 drivers) '
+    'installs it; from a source checkout: pip install "./ignis[cu12]"'
+)
 
 __all__ = [
     "driver",
@@ -37,8 +45,13 @@ __all__ = [
     "check_ready",
     "is_out_of_memory",
     "ensure_driver",
+    "ensure_nvrtc",
     "driver_available",
     "driver_unavailable_reason",
+    "nvrtc_available",
+    "nvrtc_unavailable_reason",
+    "bindings_unavailable_reason",
+    "INSTALL_HINT",
     "bindings_version",
     "nvrtc_version",
     "driver_version",
@@ -120,8 +133,12 @@ class _Checked:
                 return check(_fn(*args), _name)
 
         else:
+            # Checked at every call, not only when the wrapper is built: the library may be
+            # found missing (or installed) after the first call (one dict lookup when loaded).
 
             def wrapper(*args: Any, _fn: Any = fn, _name: str = name) -> Any:
+                if not _nvrtc_state["ok"]:
+                    ensure_nvrtc()
                 return check(_fn(*args), _name)
 
         wrapper.__name__ = name
@@ -129,15 +146,21 @@ class _Checked:
         return wrapper
 
 
+def bindings_unavailable_reason() -> str:
+    """Why ``cuda.bindings`` cannot be imported, with what installs it ("" when it can)."""
+    if _IMPORT_ERROR is None:
+        return ""
+    return f"cuda-bindings is not importable ({_IMPORT_ERROR}); {INSTALL_HINT}"
+
+
 def _driver_module() -> Any:
     if driver is None:
-        raise NoDeviceError(f"cuda-bindings is not importable ({_IMPORT_ERROR}); install ignis-cuda[cu12] or ignis-cuda[cu13]")
+        raise NoDeviceError(bindings_unavailable_reason())
     return driver
 
 
 def _nvrtc_module() -> Any:
-    if nvrtc is None:
-        raise NoDeviceError(f"cuda-bindings is not importable ({_IMPORT_ERROR})")
+    ensure_nvrtc()
     return nvrtc
 
 
@@ -145,7 +168,70 @@ cu = _Checked(_driver_module, requires_driver=True)
 """Checked access to ``cuda.bindings.driver`` (initializes the driver on first use)."""
 
 nv = _Checked(_nvrtc_module, requires_driver=False)
-"""Checked access to ``cuda.bindings.nvrtc`` (needs no GPU)."""
+"""Checked access to ``cuda.bindings.nvrtc`` (needs no GPU; raises NvrtcNotFoundError where
+the NVRTC library or cuda-bindings is missing)."""
+
+
+# --- NVRTC loading ---------------------------------------------------------------------------
+# cuda-bindings imports its nvrtc module without the library and loads libnvrtc (through
+# cuda.pathfinder) at the first call; where it is missing, every call raises pathfinder's
+# DynamicLibNotFoundError. ensure_nvrtc turns that into one clear NvrtcNotFoundError. Only
+# success is remembered: a failed load is tried again at the next call, so installing the
+# wheel into a running process (or a test that restores the library) takes effect.
+
+_nvrtc_lock = threading.Lock()
+_nvrtc_state: dict[str, Any] = {"ok": False}
+
+
+def _load_nvrtc() -> Any:
+    """Load the NVRTC library and return the ``cuda.bindings.nvrtc`` module.
+
+    The one place ignis loads NVRTC (tests replace it to simulate a missing library). Raises
+    whatever cuda-bindings raises when the library cannot be found or loaded.
+    """
+    if nvrtc is None:
+        raise ImportError(str(_IMPORT_ERROR))
+    status, _major, _minor = nvrtc.nvrtcVersion()  # the first call loads the library
+    if status:
+        raise RuntimeError(f"nvrtcVersion failed with {status.name}")
+    return nvrtc
+
+
+def ensure_nvrtc() -> None:
+    """Raise :class:`NvrtcNotFoundError` unless NVRTC can be used (cuda-bindings importable and
+    the NVRTC library loadable); the message says what installs it. Needs no GPU."""
+    if _nvrtc_state["ok"]:
+        return
+    with _nvrtc_lock:
+        if _nvrtc_state["ok"]:
+            return
+        if nvrtc is None:
+            raise NvrtcNotFoundError(
+                "NVRTC (the CUDA run-time compiler) cannot be used: "
+                + bindings_unavailable_reason()
+            )
+        try:
+            _load_nvrtc()
+        except Exception as exc:  # pathfinder's DynamicLibNotFoundError, OSError, ...
+            raise NvrtcNotFoundError(
+                f"NVRTC (the CUDA run-time compiler, libnvrtc) was not found "
+                f"({type(exc).__name__}: {exc}); {INSTALL_HINT}"
+            ) from exc
+        _nvrtc_state["ok"] = True
+
+
+def nvrtc_available() -> bool:
+    """True when NVRTC can compile here (it needs no GPU). Never raises."""
+    return not nvrtc_unavailable_reason()
+
+
+def nvrtc_unavailable_reason() -> str:
+    """Why NVRTC cannot be used, with what installs it ("" when it can). Never raises."""
+    try:
+        ensure_nvrtc()
+    except NvrtcNotFoundError as exc:
+        return str(exc)
+    return ""
 
 
 # --- driver initialization -------------------------------------------------------------------
@@ -160,7 +246,7 @@ def _initialize() -> None:
             return
         ok, reason = False, ""
         if driver is None:
-            reason = f"cuda-bindings is not importable ({_IMPORT_ERROR})"
+            reason = bindings_unavailable_reason()
         else:
             try:
                 (status,) = driver.cuInit(0)
@@ -175,7 +261,9 @@ def _initialize() -> None:
                 else:
                     reason = f"cuInit failed with {status.name}"
             except Exception as exc:  # libcuda.so missing: the bindings raise while loading it
-                reason = f"the NVIDIA driver library could not be loaded ({type(exc).__name__}: {exc})"
+                reason = (
+                    f"the NVIDIA driver library could not be loaded ({type(exc).__name__}: {exc})"
+                )
         _init_state.update(done=True, ok=ok, reason=reason)
 
 
@@ -264,7 +352,11 @@ def bindings_major() -> int:
 
 
 def nvrtc_version() -> tuple[int, int]:
-    """The NVRTC version as ``(major, minor)``; needs no GPU."""
+    """The NVRTC version as ``(major, minor)``; needs no GPU.
+
+    Raises:
+        NvrtcNotFoundError: NVRTC or cuda-bindings is not installed.
+    """
     major, minor = nv.nvrtcVersion()
     return int(major), int(minor)
 

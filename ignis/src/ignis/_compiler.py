@@ -12,6 +12,10 @@ Example::
     >>> obj.kind, obj.arch
     ('cubin', 'sm_90')
 
+Without ``arch``, code is compiled for the current device; where there is no GPU, for
+:func:`default_arch` (``IGNIS_ARCH``, else ``sm_90``), so that compiling, and its errors, never
+need a GPU.
+
 Headers of the kernel library (``#include "ignis_types.cuh"``) are found through an include path
 that every compilation gets. NVRTC here has no CUDA toolkit headers (no ``cuda_fp16.h``, no
 ``<cstdint>``); ``ignis_types.cuh`` provides what kernels need instead.
@@ -19,6 +23,7 @@ that every compilation gets. NVRTC here has no CUDA toolkit headers (no ``cuda_f
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -29,11 +34,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._bindings import nv
-from ._errors import CompileError, CudaError
+from ._bindings import driver_available, nv
+from ._errors import CompileError, CudaError, IgnisError
 from ._sources import cuda_src_dir
 
-__all__ = ["CompileOptions", "ObjectCode", "compile", "nvrtc_compile", "supported_archs"]
+__all__ = [
+    "CompileOptions",
+    "ObjectCode",
+    "compile",
+    "nvrtc_compile",
+    "supported_archs",
+    "known_archs",
+    "default_arch",
+    "DEFAULT_ARCH",
+]
 
 logger = logging.getLogger("ignis")
 
@@ -42,16 +56,72 @@ _ARCH_RE = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)$")
 # A macro name, optionally function-like: NAME or NAME(a,b).
 _MACRO_RE = re.compile(r"^[A-Za-z_]\w*(\([\w\s,.]*\))?$")
 
+# Every compute capability NVIDIA has defined a PTX target for (major * 10 + minor): Fermi 2.x
+# to Blackwell 12.x, as LLVM's NVPTX backend lists them; NVRTC 13.0 added 88 and 110 (and
+# dropped everything before 75). An architecture a user names must be one of these, so that a
+# typo (sm_900, sm_809) is an error instead of quietly becoming PTX for the newest one. Update
+# it when NVIDIA announces an architecture; a device's own architecture is trusted even where
+# this table does not know it yet (a GPU newer than this ignis).
+KNOWN_COMPUTE_CAPABILITIES: tuple[int, ...] = (
+    20, 21, 30, 32, 35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75,
+    80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121,
+)  # fmt: skip
 
-def parse_arch(arch: str) -> tuple[str, int, str]:
-    """Split ``"sm_90a"`` into ``("sm", 90, "a")``; raise ValueError for anything else."""
+# The architecture to compile for where CompileOptions.arch is None and there is no GPU (CI,
+# ahead-of-time compilation, checking a kernel on a laptop). sm_90 (Hopper: H100/H200) because
+# it is the GPU ignis is built and benchmarked on, every NVRTC ignis supports (12.6 and later,
+# 13.x) can generate it, and the kernel library needs sm_80 or newer features (bfloat16
+# instructions, cp.async) with some kernels written for sm_90 (wgmma, TMA): an older default
+# would compile a subset of the library differently from where it runs. IGNIS_ARCH overrides it.
+DEFAULT_ARCH = "sm_90"
+ARCH_ENV = "IGNIS_ARCH"
+
+
+def known_archs() -> tuple[int, ...]:
+    """The compute capabilities ignis accepts in an ``arch`` (``sm_XX`` / ``compute_XX``,
+    with an ``a`` or ``f`` suffix where NVIDIA defines one), ascending: ``(20, ..., 90, ...)``."""
+    return KNOWN_COMPUTE_CAPABILITIES
+
+
+def parse_arch(arch: str, *, known: bool = True) -> tuple[str, int, str]:
+    """Split ``"sm_90a"`` into ``("sm", 90, "a")``.
+
+    Raises ValueError for anything else, and (``known=True``) for an architecture NVIDIA has
+    not defined (``"sm_999"``); ``known=False`` checks the form only (for a device's own arch).
+    """
     m = _ARCH_RE.match(arch) if isinstance(arch, str) else None
     if m is None:
         raise ValueError(
             f"CompileOptions: arch must name a GPU architecture such as 'sm_90' (cubin) or "
             f"'compute_90' (PTX), got {arch!r}"
         )
-    return m.group(1), int(m.group(2)), m.group(3)
+    prefix, number, suffix = m.group(1), int(m.group(2)), m.group(3)
+    if known and number not in KNOWN_COMPUTE_CAPABILITIES:
+        raise ValueError(
+            f"CompileOptions: {arch!r} is not a known NVIDIA GPU architecture; expected sm_XX "
+            f"(cubin) or compute_XX (PTX) with XX one of "
+            f"{', '.join(map(str, KNOWN_COMPUTE_CAPABILITIES))} (e.g. 'sm_90' for H100/H200). "
+            "For the current GPU's own architecture leave arch=None"
+        )
+    return prefix, number, suffix
+
+
+def default_arch() -> str:
+    """The architecture :func:`compile` targets when ``CompileOptions.arch`` is None and no
+    GPU exists: the ``IGNIS_ARCH`` environment variable (validated like ``arch``), else
+    ``"sm_90"``. Where a GPU exists its own architecture is used instead, and ``IGNIS_ARCH``
+    is ignored: the code must load on that GPU.
+
+    Example: ``IGNIS_ARCH=sm_80 python -m pytest`` compiles for A100 on a machine without a GPU.
+    """
+    value = os.environ.get(ARCH_ENV)
+    if not value:
+        return DEFAULT_ARCH
+    try:
+        parse_arch(value)
+    except ValueError as exc:
+        raise ValueError(f"{ARCH_ENV}: {exc}") from None
+    return value
 
 
 @functools.lru_cache(maxsize=1)
@@ -70,10 +140,13 @@ def select_target(arch: str) -> tuple[str, str]:
     ``"sm_90"`` gives ``("cubin", "sm_90")`` when NVRTC supports 90. When it does not (the
     device is newer than the NVRTC), the result is PTX for the newest architecture NVRTC supports
     that is not newer than the target, e.g. ``("ptx", "compute_120")``; the driver compiles that
-    PTX for the device when the module is loaded. ``"compute_XX"`` always asks for PTX.
+    PTX for the device when the module is loaded, and the ``ignis`` logger warns (once per
+    architecture). ``"compute_XX"`` always asks for PTX.
     Raises ValueError when every supported architecture is newer than ``arch``.
     """
-    prefix, number, suffix = parse_arch(arch)
+    # The form only: options were validated when made, and a device's own architecture is
+    # real even where the table of known ones is older than the device.
+    prefix, number, suffix = parse_arch(arch, known=False)
     supported = supported_archs()
     if number in supported:
         return ("cubin" if prefix == "sm" else "ptx"), f"{prefix}_{number}{suffix}"
@@ -86,15 +159,35 @@ def select_target(arch: str) -> tuple[str, str]:
         )
     # Architecture-specific suffixes (sm_90a) do not carry over to another architecture.
     target = f"compute_{older[-1]}"
-    logger.debug("NVRTC %s has no %s; generating PTX for %s", _version_text(), arch, target)
+    _warn_ptx_fallback(arch, target)
     return "ptx", target
+
+
+_warned_fallbacks: set[tuple[str, str]] = set()
+
+
+def _warn_ptx_fallback(arch: str, target: str) -> None:
+    # A warning, not a debug message: PTX is compiled by the driver at every module load (slower
+    # first launches) and misses what the newer architecture adds. Once per architecture and
+    # process: every kernel of the library would repeat it.
+    if (arch, target) in _warned_fallbacks:
+        return
+    _warned_fallbacks.add((arch, target))
+    logger.warning(
+        "NVRTC %s cannot generate code for %s; generating PTX for %s instead, which the driver "
+        "compiles for the GPU when the module is loaded. A newer NVRTC (no newer than the "
+        "driver's CUDA version) generates native code.",
+        _version_text(),
+        arch,
+        target,
+    )
 
 
 def _version_text() -> str:
     try:
         major, minor = nv.nvrtcVersion()
         return f"{major}.{minor}"
-    except CudaError:  # pragma: no cover - only for messages
+    except IgnisError:  # pragma: no cover - only for messages
         return "(unknown version)"
 
 
@@ -153,8 +246,9 @@ class CompileOptions:
     """NVRTC options for :func:`compile`.
 
     Attributes:
-        arch: target architecture, ``"sm_90"`` for a cubin or ``"compute_90"`` for PTX; None means
-            the architecture of the current device.
+        arch: target architecture, ``"sm_90"`` for a cubin or ``"compute_90"`` for PTX, one NVIDIA
+            has defined (:func:`known_archs`; ValueError otherwise); None means the architecture
+            of the current device, or :func:`default_arch` where there is no GPU.
         std: C++ dialect (``--std``).
         fmad: contract multiply-add into FMA (``--fmad``).
         fast_math: ``--use_fast_math`` (approximate division, sqrt, transcendentals; flush to zero).
@@ -206,12 +300,29 @@ class CompileOptions:
         set_(self, "extra", _strings(self.extra, "extra"))
 
     def resolved_arch(self) -> str:
-        """:attr:`arch`, or the current device's architecture when it is None."""
+        """:attr:`arch`; when it is None, the current device's architecture, or where there is
+        no GPU :func:`default_arch` (``IGNIS_ARCH``, else ``"sm_90"``)."""
         if self.arch is not None:
             return self.arch
-        from ._device import current_device  # imported late: compiling must not need a GPU
+        if not driver_available():  # compiling needs no GPU: compile for the default
+            return default_arch()
+        from ._device import current_device  # imported late: the device module needs a GPU
 
         return current_device().arch
+
+    def resolved(self) -> CompileOptions:
+        """A copy with :attr:`arch` set to :meth:`resolved_arch` (itself when it is set)."""
+        if self.arch is not None:
+            return self
+        return self._with_device_arch(self.resolved_arch())
+
+    def _with_device_arch(self, arch: str) -> CompileOptions:
+        """A copy for a device's own ``arch``: checked for its form only, since a GPU newer than
+        this ignis has an architecture the table of known ones does not list yet."""
+        parse_arch(arch, known=False)
+        out = copy.copy(self)
+        object.__setattr__(out, "arch", arch)  # frozen; every other field is validated already
+        return out
 
     def target(self) -> tuple[str, str]:
         """``(kind, target)``: what NVRTC builds, e.g. ``("cubin", "sm_90")``; see select_target."""
@@ -328,7 +439,8 @@ def compile(  # noqa: A001 - the natural name for the operation; shadows the bui
 
     Args:
         source: the program text.
-        options: :class:`CompileOptions`; default: the current device's architecture.
+        options: :class:`CompileOptions`; default: the current device's architecture, or
+            where there is no GPU :func:`default_arch` (``IGNIS_ARCH``, else ``"sm_90"``).
         name_expressions: C++ names to look up after compilation, e.g. ``"axpy<float>"`` for a
             template instantiation; their mangled names come back in ``lowered_names``.
         name: the file name NVRTC reports in messages.
@@ -337,6 +449,9 @@ def compile(  # noqa: A001 - the natural name for the operation; shadows the bui
     Raises:
         CompileError: NVRTC rejected the program or its options (the log says why), or NVRTC
             supports no architecture old enough for ``options.arch``.
+        NvrtcNotFoundError: the NVRTC library or cuda-bindings is not installed (the message
+            says which extra installs it).
+        ValueError: ``IGNIS_ARCH`` is set to something that is not a known architecture.
 
     Example::
 
@@ -350,8 +465,7 @@ def compile(  # noqa: A001 - the natural name for the operation; shadows the bui
     source, options, exprs, name, headers = _check_inputs(
         source, options, name_expressions, name, headers
     )
-    if options.arch is None:
-        options = options.with_arch(options.resolved_arch())
+    options = options.resolved()
     _target_or_error(options, source, name)  # before the cache key, which needs the target
     return _compile_cache.cached_compile(source, options, exprs, name, headers)
 
@@ -363,7 +477,8 @@ def nvrtc_compile(
     name: str = "kernel.cu",
     headers: Mapping[str, str] | None = None,
 ) -> ObjectCode:
-    """Compile with NVRTC now, bypassing the caches; ``options.arch`` None means the device's."""
+    """Compile with NVRTC now, bypassing the caches; ``options.arch`` None means the device's
+    (or :func:`default_arch` without a GPU)."""
     headers = dict(headers or {})
     kind, target = _target_or_error(options, source, name)
     opts = options.nvrtc_options()

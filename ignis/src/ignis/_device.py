@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from ._bindings import cu, driver, driver_available, ensure_driver
-from ._errors import CudaError, NoDeviceError
+from ._errors import CudaError
 
 __all__ = [
     "Device",
@@ -89,11 +89,13 @@ class Device:
     """A CUDA device, identified by its ordinal. ``Device(i)`` always returns the same object.
 
     Args:
-        ordinal: 0-based device index (an int, a ``Device``, or a string ``"cuda:1"``).
+        ordinal: 0-based device index: an int, a ``Device``, or a string ``"cuda"``,
+            ``"cuda:1"`` (any CUDA spelling of ``ignis._array._device.DEVICE_SPELLINGS``).
 
     Raises:
         NoDeviceError: without a GPU or driver.
-        ValueError: when the ordinal is out of range.
+        ValueError: when the ordinal is out of range or the spelling is not a CUDA device;
+            TypeError for an argument that is neither a str nor an int.
     """
 
     ordinal: int
@@ -108,7 +110,9 @@ class Device:
         ensure_driver()
         count = device_count()
         if not 0 <= index < count:
-            raise ValueError(f"Device: ordinal {index} is out of range; this machine has {count} device(s)")
+            raise ValueError(
+                f"Device: ordinal {index} is out of range; this machine has {count} device(s)"
+            )
         with _devices_lock:
             dev = _devices.get(index)
             if dev is None:
@@ -137,7 +141,7 @@ class Device:
     def __reduce__(self) -> tuple[Any, tuple[int]]:
         return (Device, (self.ordinal,))
 
-    # -- basic facts --------------------------------------------------------------------------------
+    # -- basic facts ---------------------------------------------------------------------------
     @property
     def name(self) -> str:
         """The marketing name, e.g. ``"NVIDIA H200"``."""
@@ -195,7 +199,7 @@ class Device:
             if not member.name.startswith(prefix) or member.name.endswith("_MAX"):
                 continue
             try:
-                raw[member.name[len(prefix):]] = int(cu.cuDeviceGetAttribute(member, self._handle))
+                raw[member.name[len(prefix) :]] = int(cu.cuDeviceGetAttribute(member, self._handle))
             except CudaError:  # attributes this driver does not know
                 continue
         props: dict[str, Any] = {k.lower(): v for k, v in raw.items()}
@@ -314,20 +318,21 @@ if hasattr(os, "register_at_fork"):  # POSIX only
 
 
 def _parse_ordinal(value: int | str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"Device: expected an int ordinal or 'cuda:N', got {value!r}")
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("cuda", "gpu"):
-            return 0
-        for prefix in ("cuda:", "gpu:"):
-            if text.startswith(prefix) and text[len(prefix):].isdigit():
-                return int(text[len(prefix):])
-        if text == "cpu":
-            raise NoDeviceError("Device: 'cpu' is not a CUDA device")
-        raise ValueError(f"Device: expected 'cuda:N', got {value!r}")
-    try:
-        return int(value.__index__())
-    except AttributeError:
-        raise TypeError(f"Device: expected an int ordinal or 'cuda:N', got {type(value).__name__}") from None
+    """The CUDA ordinal of a device argument, in any CUDA spelling of the one list of device
+    spellings (``ignis._array._device.DEVICE_SPELLINGS``). Needs no GPU."""
+    # Imported here: the array package imports this module.
+    from ._array._device import expected_devices, parse_device_spec
 
+    if not isinstance(value, str) and not hasattr(value, "__index__"):
+        raise TypeError(
+            f"Device: expected {expected_devices('cuda')}; got {value!r} "
+            f"of type {type(value).__name__}"
+        )
+    try:
+        kind, index = parse_device_spec(value)
+    except ValueError:
+        kind, index = "", None
+    if kind != "cuda" or index is None:
+        what = "'cpu' is not a CUDA device" if kind == "cpu" else f"invalid device {value!r}"
+        raise ValueError(f"Device: {what}; expected {expected_devices('cuda')}")
+    return index

@@ -15,6 +15,7 @@ __all__ = [
     "CompileError",
     "OutOfMemoryError",
     "NoDeviceError",
+    "NvrtcNotFoundError",
     "ShapeError",
     "DTypeError",
     "DeviceMismatchError",
@@ -61,7 +62,8 @@ class CudaError(IgnisError, RuntimeError):
             message += (
                 ". This error is sticky: the CUDA context of this process is now unusable and "
                 "every later GPU call will fail. Save what you need from host memory and restart "
-                "the process; run the failing kernel under compute-sanitizer to find the bad access."
+                "the process; run the failing kernel under compute-sanitizer to find the bad "
+                "access."
             )
         super().__init__(message)
 
@@ -102,6 +104,16 @@ class OutOfMemoryError(CudaError, MemoryError):
 
 class NoDeviceError(IgnisError, RuntimeError):
     """A GPU operation was requested but no usable CUDA device or driver exists."""
+
+
+class NvrtcNotFoundError(IgnisError, RuntimeError):
+    """NVRTC, the CUDA run-time compiler, cannot be used: its library (``libnvrtc``) or
+    cuda-bindings is not installed. The message says which package installs it.
+
+    Not a :class:`CompileError`: nothing is wrong with the program being compiled, so a handler
+    that shows the NVRTC log and the numbered source would mislead; like :class:`NoDeviceError`
+    it reports a missing part of the installation.
+    """
 
 
 class LaunchError(IgnisError, ValueError):

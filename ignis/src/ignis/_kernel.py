@@ -23,22 +23,21 @@ driver call itself.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._arg_packing import ArgPacker, block_lines
-from ._bindings import check, cu, driver
+from ._bindings import check, cu, driver, driver_available, driver_unavailable_reason
 from ._codegen import build_function
 from ._compiler import CompileOptions, ObjectCode, compile
-from ._device import Device, activate, current_device
+from ._device import Device, _parse_ordinal, activate, current_device
 
 # activate() keeps the thread's active device here; the launch path reads it inline to skip the
 # call when the device is already active (the common case).
 from ._device import _tls as _device_tls
-from ._errors import CudaError, LaunchError
+from ._errors import CudaError, LaunchError, NoDeviceError
 from ._launch_config import LaunchConfig
 from ._signature import parse_kernel_params
 from ._stream import Stream, current_stream
@@ -545,23 +544,51 @@ def compile_kernel(
     name: str,
     *,
     options: CompileOptions | None = None,
-    device: int | Device | None = None,
+    device: int | str | Device | None = None,
 ) -> Kernel:
     """Compile CUDA C++ ``source`` and return the kernel ``name``, ready to launch.
 
     ``name`` is the kernel's name or a C++ name expression for a template instance
-    (``"axpy<float>"``). Compilation targets ``device``'s architecture (default: current device)
-    unless ``options.arch`` says otherwise, and goes through the in-memory and disk caches.
+    (``"axpy<float>"``). Compilation targets ``device``'s architecture (default: the current
+    device) unless ``options.arch`` says otherwise, and goes through the in-memory and disk
+    caches. The module is loaded on a device at the kernel's first launch there.
+
+    ``IGNIS_ARCH`` does not apply here where a GPU exists: the kernel must load on that GPU,
+    so its own architecture is used. Without a GPU the source is still compiled, for
+    ``options.arch`` or :func:`ignis.jit.default_arch` (``IGNIS_ARCH``, else ``"sm_90"``),
+    so that a mistake in it is reported as a :class:`CompileError` anywhere; only then does
+    the missing GPU raise :class:`NoDeviceError`. (:func:`ignis.compile` compiles without a
+    GPU and returns the code.)
+
+    Raises:
+        CompileError: NVRTC rejected the source (the log says why).
+        NvrtcNotFoundError: the NVRTC library or cuda-bindings is not installed.
+        NoDeviceError: the source compiled, but there is no GPU to load the kernel on.
 
     Example: ``k = ignis.compile_kernel(src, "saxpy"); k.launch(grid=g, block=256, args=[...])``.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"compile_kernel: name must be a non-empty string, got {name!r}")
+    if options is not None and not isinstance(options, CompileOptions):
+        raise TypeError(
+            "compile_kernel: options must be a CompileOptions or None, "
+            f"got {type(options).__name__}"
+        )
     opts = options or CompileOptions()
-    if opts.arch is None:
+    gpu = driver_available()
+    if not gpu:
+        if device is not None and not isinstance(device, Device):
+            _parse_ordinal(device)  # a bad device argument is reported as such, GPU or not
+    elif opts.arch is None:
         dev = current_device() if device is None else Device(device)
-        opts = dataclasses.replace(opts, arch=dev.arch)
+        opts = opts._with_device_arch(dev.arch)
     code = compile(source, options=opts, name_expressions=(name,))
+    if not gpu:
+        raise NoDeviceError(
+            f"compile_kernel: {name!r} compiled fine for {code.arch}, but there is no GPU to "
+            f"load it on ({driver_unavailable_reason()}). Launching a kernel needs an NVIDIA GPU "
+            "and driver; ignis.compile() compiles without one."
+        )
     return Kernel.from_object_code(code, name, source)
 
 

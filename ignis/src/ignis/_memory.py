@@ -37,7 +37,7 @@ import numpy as np
 from . import _stream
 from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
 from ._codegen import build_function
-from ._device import Device, activate, current_device
+from ._device import Device, _parse_ordinal, activate, current_device
 
 # activate() keeps the thread's active device here; allocation and free read it inline to skip
 # the call when the device is already active (the common case).
@@ -258,8 +258,15 @@ class AsyncMemoryResource(MemoryResource):
         release_threshold: int | None = None,
         cache_bytes: int | None = None,
     ):
+        if cache_bytes is not None:
+            cache_bytes = _check_nbytes(cache_bytes, "AsyncMemoryResource", "cache_bytes")
+        if release_threshold is not None:
+            release_threshold = _check_nbytes(
+                release_threshold, "AsyncMemoryResource", "release_threshold"
+            )
+        _check_device_arg(device, "AsyncMemoryResource")
         self._cache: dict[int, list[int]] = {}  # nbytes -> addresses of freed blocks
-        self._cache_limit = CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+        self._cache_limit = CACHE_BYTES if cache_bytes is None else cache_bytes
         # What the cache holds, kept without a lock: threads updating it at once can make it
         # drift a little, so it only bounds the cache; cached_bytes counts the lists.
         self._cached_bytes = 0
@@ -358,9 +365,10 @@ class AsyncMemoryResource(MemoryResource):
 
     def trim(self, keep_bytes: int = 0) -> None:
         """Return unused pool memory to the driver, keeping at least ``keep_bytes`` reserved."""
+        keep_bytes = _check_nbytes(keep_bytes, "AsyncMemoryResource.trim", "keep_bytes")
         self.release_cached()
         activate(self.device)
-        cu.cuMemPoolTrimTo(self._pool, int(keep_bytes))
+        cu.cuMemPoolTrimTo(self._pool, keep_bytes)
 
     def __repr__(self) -> str:
         return f"<ignis.AsyncMemoryResource cuda:{self.device.ordinal}>"
@@ -387,7 +395,8 @@ _resources: dict[int, MemoryResource] = {}
 
 
 def get_memory_resource(device: int | Device | None = None) -> MemoryResource:
-    """The memory resource ``device`` allocates from (an :class:`AsyncMemoryResource` unless set)."""
+    """The memory resource ``device`` allocates from (an :class:`AsyncMemoryResource` unless
+    set)."""
     dev = current_device() if device is None else Device(device)
     mr = _resources.get(dev.ordinal)
     if mr is None:
@@ -411,7 +420,8 @@ def set_memory_resource(resource: MemoryResource, device: int | Device | None = 
     dev = resource.device if device is None else Device(device)
     if dev is not resource.device:
         raise ValueError(
-            f"set_memory_resource: resource is for cuda:{resource.device.ordinal}, not cuda:{dev.ordinal}"
+            f"set_memory_resource: resource is for cuda:{resource.device.ordinal}, "
+            f"not cuda:{dev.ordinal}"
         )
     with _resources_lock:
         _resources[dev.ordinal] = resource
@@ -529,8 +539,11 @@ class Buffer:
         memcpy(self, host, _host_nbytes(host), stream=stream)
         return self
 
-    def copy_to_host(self, out: np.ndarray | None = None, *, stream: Stream | None = None) -> np.ndarray:
-        """Copy the buffer into ``out`` (default: a new uint8 array). Sync unless ``stream`` is given."""
+    def copy_to_host(
+        self, out: np.ndarray | None = None, *, stream: Stream | None = None
+    ) -> np.ndarray:
+        """Copy the buffer into ``out`` (default: a new uint8 array). Sync unless ``stream`` is
+        given."""
         self._check_open("Buffer.copy_to_host")
         if out is None:
             out = np.empty(self.nbytes, dtype=np.uint8)
@@ -569,11 +582,26 @@ class Buffer:
         return f"<ignis.Buffer {self.nbytes} bytes at {state} on cuda:{self.device.ordinal}>"
 
 
-def alloc(nbytes: int, device: int | Device | None = None, stream: Stream | None = None) -> Buffer:
+def alloc(
+    nbytes: int, device: int | str | Device | None = None, stream: Stream | None = None
+) -> Buffer:
     """Allocate ``nbytes`` bytes on ``device`` (default: current) from its memory resource.
+
+    Raises:
+        TypeError: ``nbytes`` is not an int (a bool is not a size), or ``stream`` not a Stream.
+        ValueError: ``nbytes`` is negative, or ``device`` is not a device spelling.
+        NoDeviceError: without a GPU; the arguments are checked first, anywhere.
+        OutOfMemoryError: the device cannot satisfy the request.
 
     Example: ``buf = ignis.alloc(4 * n)``.
     """
+    if type(nbytes) is not int or nbytes < 0:
+        nbytes = _check_nbytes(nbytes, "alloc")
+    _check_device_arg(device, "alloc")
+    if stream is not None and not isinstance(stream, Stream):
+        raise TypeError(
+            f"alloc: stream must be an ignis.Stream or None, got {type(stream).__name__}"
+        )
     ensure_driver()
     if device is None and stream is not None:
         device = stream.device
@@ -687,9 +715,11 @@ class PinnedBuffer:
 
     __slots__ = ("ptr", "nbytes", "device", "_finalizer", "__weakref__")
 
-    def __init__(self, nbytes: int, device: int | Device | None = None):
-        ensure_driver()
+    def __init__(self, nbytes: int, device: int | str | Device | None = None):
+        # Arguments first: a bad size is reported as such, with or without a GPU.
         nbytes = _check_nbytes(nbytes, "PinnedBuffer")
+        _check_device_arg(device, "PinnedBuffer")
+        ensure_driver()
         self.device = current_device() if device is None else Device(device)
         self.nbytes = nbytes
         if nbytes == 0:
@@ -702,7 +732,9 @@ class PinnedBuffer:
         except CudaError as exc:
             if not is_out_of_memory(exc):
                 raise
-            raise MemoryError(f"PinnedBuffer: could not pin {nbytes} bytes of host memory") from None
+            raise MemoryError(
+                f"PinnedBuffer: could not pin {nbytes} bytes of host memory"
+            ) from None
         self._finalizer = weakref.finalize(self, _free_pinned, self.device, self.ptr)
 
     def numpy(self, dtype: Any = np.uint8, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -712,7 +744,9 @@ class PinnedBuffer:
         if shape is None:
             shape = (count,)
         if int(np.prod(shape)) * dtype.itemsize > self.nbytes:
-            raise ValueError(f"PinnedBuffer.numpy: shape {shape} of {dtype} needs more than {self.nbytes} bytes")
+            raise ValueError(
+                f"PinnedBuffer.numpy: shape {shape} of {dtype} needs more than {self.nbytes} bytes"
+            )
         if self.nbytes == 0:
             return np.empty(shape, dtype)
         raw = (ctypes.c_char * self.nbytes).from_address(self.ptr)
@@ -730,10 +764,29 @@ class PinnedBuffer:
 
 
 def pinned_empty(shape: int | tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-    """A new NumPy array in pinned host memory, for fast (and async) transfers."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    dtype = np.dtype(dtype)
-    buf = PinnedBuffer(int(np.prod(shape)) * dtype.itemsize)
+    """A new NumPy array in pinned host memory, for fast (and async) transfers.
+
+    ``shape`` is an int or a sequence of ints >= 0 (``ignis.ShapeError`` otherwise, a
+    ValueError) and ``dtype`` a NumPy dtype (TypeError otherwise); both are checked before
+    the GPU is needed.
+
+    Example: ``host = ignis.pinned_empty((1024, 1024), "float32")``.
+    """
+    # The arrays' shape rules, in their one place (imported here: the array package needs this
+    # module first).
+    from ._array._layout import normalize_shape
+
+    shape = normalize_shape(shape, "pinned_empty")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(
+            f"pinned_empty: dtype must be a NumPy dtype such as 'float32', got {dtype!r}"
+        ) from None
+    nbytes = dtype.itemsize
+    for n in shape:
+        nbytes *= n  # Python ints: no overflow for huge shapes (the allocation then fails)
+    buf = PinnedBuffer(nbytes)
     return buf.numpy(dtype, shape)
 
 
@@ -755,11 +808,13 @@ def _address(obj: Any, op: str, writable: bool) -> tuple[int, Device | None, Any
         return obj.ptr, None, obj
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
-            raise ValueError(f"{op}: host arrays must be C-contiguous (use numpy.ascontiguousarray)")
+            raise ValueError(
+                f"{op}: host arrays must be C-contiguous (use numpy.ascontiguousarray)"
+            )
         if writable and not obj.flags.writeable:
             raise ValueError(f"{op}: the destination array is read-only")
         return obj.ctypes.data, None, obj
-    if hasattr(obj, "ptr") and hasattr(obj, "device") and isinstance(getattr(obj, "ptr"), int):
+    if hasattr(obj, "ptr") and hasattr(obj, "device") and isinstance(obj.ptr, int):
         dev = obj.device
         return obj.ptr, dev if isinstance(dev, Device) else None, obj
     if isinstance(obj, (bytes, bytearray, memoryview)):
@@ -768,7 +823,8 @@ def _address(obj: Any, op: str, writable: bool) -> tuple[int, Device | None, Any
         arr = np.frombuffer(obj, dtype=np.uint8)
         return arr.ctypes.data, None, arr
     raise TypeError(
-        f"{op}: expected a Buffer, PinnedBuffer, NumPy array or bytes-like object, got {type(obj).__name__}"
+        f"{op}: expected a Buffer, PinnedBuffer, NumPy array or bytes-like object, "
+        f"got {type(obj).__name__}"
     )
 
 
@@ -806,8 +862,11 @@ def memcpy(dst: Any, src: Any, nbytes: int, *, stream: Stream | None = None) -> 
         stream.synchronize()
 
 
-def memset(dst: Buffer, value: int, nbytes: int | None = None, *, stream: Stream | None = None) -> None:
-    """Set ``nbytes`` bytes (default: all) of ``dst`` to the byte ``value``. Sync unless ``stream``."""
+def memset(
+    dst: Buffer, value: int, nbytes: int | None = None, *, stream: Stream | None = None
+) -> None:
+    """Set ``nbytes`` bytes (default: all) of ``dst`` to the byte ``value``. Sync unless
+    ``stream``."""
     if not isinstance(dst, Buffer):
         raise TypeError(f"memset: expected a Buffer, got {type(dst).__name__}")
     dst._check_open("memset")
@@ -827,9 +886,25 @@ def memset(dst: Buffer, value: int, nbytes: int | None = None, *, stream: Stream
         stream.synchronize()
 
 
-def _check_nbytes(nbytes: Any, op: str) -> int:
-    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)):
-        raise TypeError(f"{op}: nbytes must be an int, got {type(nbytes).__name__}")
+def _check_nbytes(nbytes: Any, op: str, what: str = "nbytes") -> int:
+    """``nbytes`` as an int: a Python or NumPy integer >= 0 (a byte count); TypeError or
+    ValueError naming ``op``, what was given and what was expected."""
+    if isinstance(nbytes, (bool, np.bool_)) or not isinstance(nbytes, (int, np.integer)):
+        raise TypeError(
+            f"{op}: {what} must be an int, got {type(nbytes).__name__} {nbytes!r}; "
+            "expected a size in bytes >= 0"
+        )
     if nbytes < 0:
-        raise ValueError(f"{op}: nbytes must be >= 0, got {nbytes}")
+        raise ValueError(f"{op}: {what} must be >= 0, got {nbytes}; expected a size in bytes")
     return int(nbytes)
+
+
+def _check_device_arg(device: Any, op: str) -> None:
+    """Raise TypeError/ValueError for a ``device`` argument that names no CUDA device (None and
+    Device objects pass); needs no GPU, so it runs before the driver is asked."""
+    if device is None or isinstance(device, Device):
+        return
+    try:
+        _parse_ordinal(device)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{op}: {str(exc).removeprefix('Device: ')}") from None

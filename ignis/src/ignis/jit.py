@@ -9,12 +9,23 @@ Example::
     ('cubin', True)
     >>> jit.cache_dir()          # IGNIS_CACHE_DIR, or ~/.cache/ignis; None when disabled
     PosixPath('/home/me/.cache/ignis')
+    >>> jit.default_arch()       # arch=None without a GPU: IGNIS_ARCH, else sm_90
+    'sm_90'
+    >>> 90 in jit.known_archs()  # what CompileOptions(arch=...) accepts
+    True
 """
 
 from __future__ import annotations
 
 from ._compile_cache import CacheStats, cache_dir, cache_stats, clear_cache
-from ._compiler import CompileOptions, ObjectCode, compile, supported_archs
+from ._compiler import (
+    CompileOptions,
+    ObjectCode,
+    compile,
+    default_arch,
+    known_archs,
+    supported_archs,
+)
 
 __all__ = [
     "CompileOptions",
@@ -25,4 +36,6 @@ __all__ = [
     "clear_cache",
     "cache_dir",
     "supported_archs",
+    "known_archs",
+    "default_arch",
 ]

@@ -250,12 +250,12 @@ inline float16 float_to_half(float f) {
   uint32 u;
   std::memcpy(&u, &f, 4);
   const uint16 sign = (uint16)((u >> 16) & 0x8000u);
-  if (std::isnan(f)) return float16{(uint16)(sign | 0x7e00u)};
+  if (std::isnan(f)) return float16::from_bits((uint16)(sign | 0x7e00u));
   double a = std::fabs((double)f);
-  if (a >= 65520.0) return float16{(uint16)(sign | 0x7c00u)};
+  if (a >= 65520.0) return float16::from_bits((uint16)(sign | 0x7c00u));
   if (a < std::ldexp(1.0, -14)) {  // subnormal: units of 2^-24
     double q = std::nearbyint(a * std::ldexp(1.0, 24));  // default rounding: nearest even
-    return float16{(uint16)(sign | (uint16)q)};
+    return float16::from_bits((uint16)(sign | (uint16)q));
   }
   int e;
   double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
@@ -265,8 +265,8 @@ inline float16 float_to_half(float f) {
     ++e;
   }
   const int biased = e - 1 + 15;
-  if (biased >= 31) return float16{(uint16)(sign | 0x7c00u)};
-  return float16{(uint16)(sign | (uint16)(biased << 10) | (uint16)((uint32)q - 1024u))};
+  if (biased >= 31) return float16::from_bits((uint16)(sign | 0x7c00u));
+  return float16::from_bits((uint16)(sign | (uint16)(biased << 10) | (uint16)((uint32)q - 1024u)));
 }
 
 inline float to_float(bfloat16 b) {
@@ -279,7 +279,7 @@ inline float to_float(bfloat16 b) {
 inline bfloat16 float_to_bf16(float f) {
   uint32 u;
   std::memcpy(&u, &f, 4);
-  return bfloat16{detail::f32_bits_to_bf16_bits(u)};
+  return bfloat16::from_bits(detail::f32_bits_to_bf16_bits(u));
 }
 
 template <class T> struct acc_type { typedef T type; };

@@ -54,7 +54,7 @@ def test_properties_agree_with_torch() -> None:
 def test_bad_ordinals_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="out of range"):
         ignis.Device(ignis.device_count())
-    with pytest.raises(ValueError, match="expected 'cuda:N'"):
+    with pytest.raises(ValueError, match="invalid device 'tpu:0'; expected one of 'cuda'"):
         ignis.Device("tpu:0")
     with pytest.raises(TypeError):
         ignis.Device(1.5)  # type: ignore[arg-type]

@@ -159,12 +159,13 @@ def full(
     shape: Any, fill_value: Any, dtype: dt.DTypeLike = "float32", device: Any = None
 ) -> NvArray:
     """An array whose elements are all ``fill_value``. Example: ``ignis.full(3, 2.5)``."""
-    out = _new(
-        _layout.normalize_shape(shape, "full"), dt.as_dtype(dtype, "full"), resolve_device(device)
-    )
-    from ._ops import _fill
+    from ._ops import _fill_value
 
-    return _fill(out, fill_value, "full")
+    shape, d = _layout.normalize_shape(shape, "full"), dt.as_dtype(dtype, "full")
+    value = _fill_value(fill_value, d, "full")  # a bad value is an error before any device work
+    out = _new(shape, d, resolve_device(device))
+    out._backend.fill(out, value)
+    return out
 
 
 def arange(

@@ -849,6 +849,12 @@ def _fill(dst: NvArray, value: Any, op: str = "fill_") -> NvArray:
         # gradients and accumulators, once per tensor per step, goes straight to the backend.
         dst._backend.fill(dst, 0)
         return dst
+    dst._backend.fill(dst, _fill_value(value, dst._dtype, op))
+    return dst
+
+
+def _fill_value(value: Any, dtype: dt.DType, op: str) -> Any:
+    """``value`` as the scalar that fills an array of ``dtype``; errors name ``op``."""
     if isinstance(value, NvArray):
         if value.numel != 1:
             raise ShapeError(
@@ -859,9 +865,8 @@ def _fill(dst: NvArray, value: Any, op: str = "fill_") -> NvArray:
     if isinstance(v, NvArray):  # pragma: no cover - handled above
         raise TypeError(f"{op}: expected a scalar")
     v = _value(v)
-    dt.check_scalar_fits(v, dst._dtype, op)
-    dst._backend.fill(dst, v)
-    return dst
+    dt.check_scalar_fits(v, dtype, op)
+    return v
 
 
 def _copy_into(dst: NvArray, src: Any, op: str) -> NvArray:
