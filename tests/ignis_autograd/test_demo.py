@@ -601,22 +601,32 @@ def test_resume_refuses_a_different_model_or_text(tmp_path, text_file, capsys):
     assert code == 1 and "does not match checkpoint.json" in err
 
 
-@needs_model
-def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, text_file, capsys, monkeypatch):
+def _ctrl_c_in_step(monkeypatch, step: int, times: int = 1) -> list[int]:
+    """Send SIGINT ``times`` times in the middle of training step ``step`` (from gradient
+    clipping, between backward and the optimizer). Returns the list of steps clipped so far."""
     import signal
 
     from ignis_autograd.demo import model as seam
 
-    calls = []
+    calls: list[int] = []
     clip = seam.clip_gradients
 
     def clip_and_interrupt(model, max_norm):
-        calls.append(1)
-        if len(calls) == 3:  # Ctrl-C in the middle of step 3
-            os.kill(os.getpid(), signal.SIGINT)
+        calls.append(len(calls) + 1)
+        if len(calls) == step:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
         clip(model, max_norm)
 
     monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    return calls
+
+
+@needs_model
+def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, text_file, capsys, monkeypatch):
+    import signal
+
+    calls = _ctrl_c_in_step(monkeypatch, 3)
     code, stdout, err = _main(
         [*TINY, "--text", text_file, "--steps", "8", "--out", str(tmp_path)], capsys
     )
@@ -634,17 +644,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, text_file, capsys, monkey
 
 @needs_model
 def test_ctrl_c_is_said_even_when_quiet(tmp_path, text_file, capsys, monkeypatch):
-    import signal
-
-    from ignis_autograd.demo import model as seam
-
-    clip = seam.clip_gradients
-
-    def clip_and_interrupt(model, max_norm):
-        os.kill(os.getpid(), signal.SIGINT)
-        clip(model, max_norm)
-
-    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    _ctrl_c_in_step(monkeypatch, 1)
     code, stdout, _ = _main(
         [*TINY, "--text", text_file, "--steps", "8", "--quiet", "--out", str(tmp_path)], capsys
     )
@@ -667,15 +667,7 @@ def test_a_second_ctrl_c_during_the_save_leaves_a_whole_checkpoint(
     from ignis_autograd.demo import model as seam
     from ignis_autograd.demo.checkpoint import WEIGHTS_FILE, load_checkpoint
 
-    calls = []
-    clip = seam.clip_gradients
-
-    def clip_and_interrupt(model, max_norm):
-        calls.append(1)
-        if len(calls) == 3:  # the first Ctrl-C, in step 3
-            os.kill(os.getpid(), signal.SIGINT)
-        clip(model, max_norm)
-
+    calls = _ctrl_c_in_step(monkeypatch, 3)  # the first Ctrl-C
     replace = os.replace
     renames = []
 
@@ -685,7 +677,6 @@ def test_a_second_ctrl_c_during_the_save_leaves_a_whole_checkpoint(
         if len(calls) == 3 and os.path.basename(dst) == WEIGHTS_FILE:
             os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, mid-save
 
-    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
     monkeypatch.setattr(ck_module.os, "replace", replace_and_interrupt)
     code, stdout, err = _main(
         [
@@ -707,21 +698,7 @@ def test_a_second_ctrl_c_during_the_save_leaves_a_whole_checkpoint(
 
 @needs_model
 def test_a_second_ctrl_c_outside_a_save_stops_at_once(tmp_path, text_file, capsys, monkeypatch):
-    import signal
-
-    from ignis_autograd.demo import model as seam
-
-    calls = []
-    clip = seam.clip_gradients
-
-    def clip_and_interrupt(model, max_norm):
-        calls.append(1)
-        if len(calls) == 3:  # two Ctrl-Cs in step 3: the second one stops the step itself
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGINT)
-        clip(model, max_norm)
-
-    monkeypatch.setattr(seam, "clip_gradients", clip_and_interrupt)
+    _ctrl_c_in_step(monkeypatch, 3, times=2)  # the second one stops step 3 itself
     code, stdout, err = _main(
         [
             *TINY, "--text", text_file, "--steps", "8", "--eval-interval", "2",
