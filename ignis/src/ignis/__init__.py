@@ -45,6 +45,7 @@ from ._memory import (
 )
 from ._stream import Event, Stream, current_stream, default_stream
 from . import jit
+from ._caches import CacheInfo, cache_info, clear_caches
 from ._compiler import CompileOptions, ObjectCode, compile
 
 from . import half

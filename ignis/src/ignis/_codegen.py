@@ -23,6 +23,8 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from . import _caches
+
 __all__ = ["build_function", "merged_names"]
 
 
@@ -30,6 +32,16 @@ __all__ = ["build_function", "merged_names"]
 def _compiled(source: str, filename: str) -> types.CodeType:
     # The same kernel loaded again (another device, another Kernel object) compiles once.
     return compile(source, filename, "exec")
+
+
+_caches.register(
+    "codegen.compiled",
+    lambda: _compiled.cache_info().currsize,
+    clear=_compiled.cache_clear,
+    max_entries=256,
+    description="generated source -> its Python code object",
+    stats=lambda: (_compiled.cache_info().hits, _compiled.cache_info().misses),
+)
 
 
 def build_function(

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _caches
 from ._bindings import nvrtc_version
 from ._compiler import CompileOptions, ObjectCode, nvrtc_compile
 from ._sources import cuda_src_dir, local_headers
@@ -125,6 +126,22 @@ class _State:
 
 
 _state = _State()
+
+
+def _memory_stats() -> tuple[int, int]:
+    with _state.lock:  # a miss in memory is a disk hit or a compile
+        c = _state.counts
+        return c["memory_hits"], c["disk_hits"] + c["misses"]
+
+
+_caches.register(
+    "jit.compiled",
+    lambda: len(_state.memory),
+    clear=lambda: clear_cache(memory=True),
+    max_entries=MEMORY_CAPACITY,
+    description="source, options, arch, NVRTC and headers -> compiled code (in memory)",
+    stats=_memory_stats,
+)
 
 
 # --- location --------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _stream
+from . import _caches, _stream
 from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
 from ._codegen import build_function
 from ._device import Device, _parse_ordinal, activate, current_device
@@ -392,6 +392,27 @@ class PlainMemoryResource(MemoryResource):
 
 _resources_lock = threading.Lock()
 _resources: dict[int, MemoryResource] = {}
+
+
+def _block_caches() -> list[AsyncMemoryResource]:
+    return [mr for mr in list(_resources.values()) if isinstance(mr, AsyncMemoryResource)]
+
+
+def _cached_blocks() -> int:
+    return sum(len(blocks) for mr in _block_caches() for blocks in list(mr._cache.values()))
+
+
+def _release_block_caches() -> None:
+    for mr in _block_caches():
+        mr.release_cached()
+
+
+_caches.register(
+    "memory.block_cache",
+    _cached_blocks,
+    clear=_release_block_caches,
+    description="freed device blocks kept for the next allocation of their size (all devices)",
+)
 
 
 def get_memory_resource(device: int | Device | None = None) -> MemoryResource:

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from . import _caches
 from ._bindings import cu, driver
 from ._dtypes import as_dtype
 
@@ -45,6 +46,20 @@ MAP_BYTES = 128
 CACHE_ENTRIES = 256
 _cache: dict[tuple[Any, ...], bytes] = {}
 _cache_lock = threading.Lock()
+
+
+def _clear_maps() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+_caches.register(
+    "tensor_maps",
+    _cache,
+    clear=_clear_maps,
+    max_entries=CACHE_ENTRIES,
+    description="TMA tensor-map arguments -> the encoded 128-byte map",
+)
 
 
 def tiled(

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _caches
 from .. import _dtypes as dt
 from .._codegen import build_function
 from .._errors import DTypeError, ShapeError
@@ -43,6 +44,12 @@ def resolve_device(device: Any) -> ArrayDevice:
 # (shape, itemsize) -> (row-major strides, nbytes): every op result needs them.
 _CONTIGUOUS: dict[tuple[tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
 _CACHE_LIMIT = 4096
+_caches.register(
+    "creation.contiguous_layouts",
+    _CONTIGUOUS,
+    max_entries=_CACHE_LIMIT,
+    description="(shape, itemsize) -> row-major strides and bytes of a new array",
+)
 _new_object = object.__new__
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _caches
 from .. import _dtypes as dt
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _creation, _layout
@@ -214,6 +215,19 @@ _reduce_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _matmul_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _inplace_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _WEAK = frozenset((bool, int, float))  # Python scalars, as the fast paths see them (exact types)
+for _kind, _table in (
+    ("unary", _unary_plans),
+    ("binary", _binary_plans),
+    ("reduce", _reduce_plans),
+    ("matmul", _matmul_plans),
+    ("inplace", _inplace_plans),
+):
+    _caches.register(
+        f"ops.{_kind}_plans",
+        _table,
+        max_entries=_PLAN_LIMIT,
+        description=f"{_kind} op, operand dtypes and layouts -> its remembered plan",
+    )
 
 
 def _remember(plans: dict[Any, tuple[Any, ...]], key: Any, plan: tuple[Any, ...]) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _caches
 from .. import _dtypes as dt
 from .._errors import DTypeError, ShapeError
 from . import _layout
@@ -165,6 +166,13 @@ def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
 
 
 _BINARY_CACHE: dict[tuple[Any, ...], Elementwise] = {}
+_BINARY_LIMIT = 4096  # past it, new operand combinations are not remembered
+_caches.register(
+    "semantics.binary_rules",
+    _BINARY_CACHE,
+    max_entries=_BINARY_LIMIT,
+    description="binary op, operand dtypes and shapes -> result shape and dtypes",
+)
 
 
 def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
@@ -180,7 +188,7 @@ def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
         if cached is not None:
             return cached
     spec = _binary_rule(op, a, b, name or op)
-    if key is not None and len(_BINARY_CACHE) < 4096:
+    if key is not None and len(_BINARY_CACHE) < _BINARY_LIMIT:
         _BINARY_CACHE[key] = spec
     return spec
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import _caches
 from .. import _dtypes as dt
 from .._errors import ShapeError
 from . import _layout
@@ -720,6 +721,18 @@ _CACHE_LIMIT = 4096
 _reshapes: dict[tuple[Any, ...], tuple[Shape, Shape]] = {}
 # (axes, ndim) -> the normalized permutation, of valid transpose/permute requests
 _permutations: dict[tuple[Any, ...], tuple[int, ...]] = {}
+_caches.register(
+    "array.reshapes",
+    _reshapes,
+    max_entries=_CACHE_LIMIT,
+    description="reshape request and layout -> the view's shape and strides",
+)
+_caches.register(
+    "array.permutations",
+    _permutations,
+    max_entries=_CACHE_LIMIT,
+    description="transpose/permute axes and ndim -> the normalized permutation",
+)
 
 
 def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:

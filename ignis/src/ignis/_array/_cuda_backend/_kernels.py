@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from ... import _caches
 from ... import _dtypes as dt
 from ..._compiler import CompileOptions
 from ..._device import Device
@@ -35,6 +36,11 @@ CTYPE: dict = {**{d: c for d, c in _PAIRS}, **{d.name: c for d, c in _PAIRS}}
 
 _lock = threading.Lock()
 _kernels: dict[tuple[str, str, int, str | None], Kernel] = {}
+_caches.register(
+    "cuda.library_kernels",
+    _kernels,
+    description="(source, name expression, device, arch) -> the loaded kernel of cuda_src/",
+)
 
 
 def library_kernel(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 
+from ... import _caches
+
 __all__ = [
     "MAX_DIMS",
     "WIDE_INDEX",
@@ -125,6 +127,9 @@ def split_outer(
 
 
 _dividers: dict[int, tuple[int, int]] = {}
+_caches.register(
+    "cuda.strided.dividers", _dividers, description="divisor -> its multiply-shift constants"
+)
 
 
 def fast_divider(d: int) -> tuple[int, int]:

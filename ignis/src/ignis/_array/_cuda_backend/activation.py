@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ... import _caches
 from ... import _dtypes as dt
 from ._kernels import CTYPE, library_kernel
 
@@ -33,6 +34,10 @@ TYPE_PAIRS = tuple((d, d) for d in FLOAT_TYPES) + (
 
 _grid_caps: dict[int, int] = {}
 _names: dict[tuple[Any, ...], str] = {}
+_caches.register("cuda.activation.grid_caps", _grid_caps, description="device -> grid cap")
+_caches.register(
+    "cuda.activation.kernel_names", _names, description="kind and dtypes -> kernel name"
+)
 
 
 def kernel_name(kind: str, saved: dt.DType, grad: dt.DType, vec: bool) -> str:

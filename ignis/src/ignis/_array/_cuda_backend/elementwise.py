@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ... import _caches
 from ... import _dtypes as dt
 from ..._arg_packing import _F32_OVERFLOW
 from ..._bindings import cu
@@ -142,6 +143,33 @@ _layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _contiguous_strides: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
 _fill_bits: dict[tuple[Any, ...], int] = {}
 _bcast_plans: dict[tuple[Any, ...], tuple[int, int, int] | None] = {}
+
+
+def _clear_kernels() -> None:
+    _kernels.clear()
+    _fast_keys.clear()
+
+
+_caches.register(
+    "cuda.elementwise.kernels",
+    _kernels,
+    clear=_clear_kernels,
+    max_entries=_FAST_LIMIT,
+    description="element-wise op, dtypes and vector width -> kernel; and its prepared launches",
+)
+for _what, _cache, _desc in (
+    ("grid_caps", _grid_caps, "device -> the most blocks of an element-wise grid"),
+    ("layouts", _layouts, "operand layouts -> the merged dims and strides a kernel walks"),
+    ("contiguous_strides", _contiguous_strides, "(shape, itemsize) -> contiguous strides"),
+    ("fill_bits", _fill_bits, "fill value and dtype -> its bit pattern"),
+    ("broadcast_plans", _bcast_plans, "broadcast layouts -> the row/column kernel's plan"),
+):
+    _caches.register(
+        f"cuda.elementwise.{_what}",
+        _cache,
+        max_entries=None if _what == "grid_caps" else _CACHE_LIMIT,
+        description=_desc,
+    )
 
 
 # --- names ---------------------------------------------------------------------------------------

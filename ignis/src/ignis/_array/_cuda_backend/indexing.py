@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ... import _caches
 from ... import _dtypes as dt
 from ._kernels import CTYPE, library_kernel
 
@@ -34,6 +35,7 @@ ADD_TYPES = (dt.int32, dt.int64, dt.float32, dt.float64)  # types with native at
 FLOAT_TYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
 
 _grid_caps: dict[int, int] = {}
+_caches.register("cuda.indexing.grid_caps", _grid_caps, description="device -> grid cap")
 
 
 # --- kernel names (pure: the CPU tests compile every one of them) -------------------------------

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ... import _cublas, _cublaslt
+from ... import _caches
 from ... import _dtypes as dt
 from ..._device import activate
 from ..._errors import IgnisError
@@ -213,6 +214,12 @@ def collapse_batch(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tu
 # base addresses and calls cuBLAS (every training step repeats the same products).
 _blas_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _PLAN_LIMIT = 1024
+_caches.register(
+    "cuda.matmul.blas_plans",
+    _blas_plans,
+    max_entries=_PLAN_LIMIT,
+    description="product's dtypes, shapes, strides, scalars and switches -> its cuBLAS calls",
+)
 
 
 def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
@@ -275,6 +282,12 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
 # (kind, dtype, shapes, strides, device, switches) -> (LtPlan, swap, alpha, beta), or None where
 # the product cannot take the epilogue (the caller then runs the unfused default).
 _epilogue_plans: dict[tuple[Any, ...], Any] = {}
+_caches.register(
+    "cuda.matmul.epilogue_plans",
+    _epilogue_plans,
+    max_entries=_PLAN_LIMIT,
+    description="fused-bias product's layout -> its cuBLASLt plan (None: unfused)",
+)
 _EPILOGUE_DTYPES = (dt.float16, dt.bfloat16, dt.float32)
 
 

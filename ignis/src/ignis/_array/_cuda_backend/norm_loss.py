@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ... import _caches
 from ... import _dtypes as dt
 from ._kernels import library_kernel
 from .reduction import CTYPE, MAX_GRID, _temp
@@ -67,6 +68,12 @@ _BOOL = {False: "false", True: "true"}
 # the configuration arithmetic and builds only its arguments.
 _plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _PLAN_LIMIT = 1024
+_caches.register(
+    "cuda.norm_loss.plans",
+    _plans,
+    max_entries=_PLAN_LIMIT,
+    description="norm/loss problem, dtypes, alignments and knobs -> kernels, grids and splits",
+)
 
 
 def _knobs() -> tuple[Any, ...]:

@@ -43,6 +43,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ... import _caches
 from ... import _dtypes as dt
 from .. import _layout
 from ._kernels import CTYPE, library_kernel
@@ -126,6 +127,20 @@ _tls = threading.local()  # .record: the launches and temporaries of the call be
 _POINTER_SLOTS = 4
 _resident: dict[tuple[Any, ...], int] = {}  # (device, kernel, block) -> resident blocks
 _wide_splits: dict[tuple[int, ...], int] = {}  # wide_splits' answers
+_caches.register(
+    "cuda.reduction.recipes",
+    _recipes,
+    max_entries=_RECIPE_LIMIT,
+    description="reduction, dtypes, layout and axes -> its kernels, grids and temporaries",
+)
+_caches.register(
+    "cuda.reduction.resident_blocks",
+    _resident,
+    description="(device, kernel, block) -> blocks resident per multiprocessor",
+)
+_caches.register(
+    "cuda.reduction.wide_splits", _wide_splits, description="wide column sums -> row splits"
+)
 
 
 # --- launching -----------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""The process's caches by name: what each one holds, and one call that empties them all.
+
+ignis remembers work so that doing it again is cheap: compiled programs (in memory, and on disk),
+library kernels loaded per device, the plans of array ops (result dtype, shape, strides, the
+generated fast function), launch layouts, tensor maps, and freed device blocks kept for reuse.
+Each cache lives next to the code that uses it and registers here under a dotted name, so that
+:func:`cache_info` lists them all and :func:`clear_caches` empties them: to start a measurement
+or a test from a known state, or to let go of what the caches hold. Clearing never changes a
+result; what was cached is made again on next use. The on-disk compile cache is shared between
+processes and is left alone (``ignis.jit.clear_cache(disk=True)`` empties it).
+
+Example::
+
+    >>> import ignis
+    >>> a = ignis.ones(1000, device="cpu"); b = a + a
+    >>> ignis.cache_info()["ops.binary_plans"].entries
+    1
+    >>> ignis.clear_caches()
+    >>> ignis.cache_info()["ops.binary_plans"].entries
+    0
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sized
+from dataclasses import dataclass
+
+__all__ = ["CacheInfo", "cache_info", "clear_caches", "register"]
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One cache's state.
+
+    Attributes:
+        name: the dotted name it is registered under, e.g. ``"ops.binary_plans"``.
+        entries: entries it holds now.
+        max_entries: the bound past which it starts over or drops its oldest entries (None: it
+            holds one entry per device or per kernel, a number the program bounds).
+        description: what it maps to what.
+        hits, misses: lookup counts, where the cache keeps them (None where counting would cost
+            a hot path its speed).
+    """
+
+    name: str
+    entries: int
+    max_entries: int | None
+    description: str
+    hits: int | None = None
+    misses: int | None = None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    size: Callable[[], int]
+    clear: Callable[[], None]
+    max_entries: int | None
+    description: str
+    stats: Callable[[], tuple[int, int]] | None
+
+
+_lock = threading.Lock()
+_registry: dict[str, _Entry] = {}
+
+
+def register(
+    name: str,
+    cache: Sized | Callable[[], int],
+    *,
+    description: str,
+    max_entries: int | None = None,
+    clear: Callable[[], None] | None = None,
+    stats: Callable[[], tuple[int, int]] | None = None,
+) -> None:
+    """Make a cache known by ``name`` (internal: each cache registers itself at import).
+
+    ``cache`` is the container (a dict, list, ...: its ``len`` counts the entries, its
+    ``clear()`` empties it) or a function that counts the entries; ``clear`` replaces the
+    container's own ``clear`` where emptying it must also empty something beside it;
+    ``stats`` returns ``(hits, misses)``. Registering a name twice replaces the first entry
+    (a module imported again, in tests).
+    """
+    size = cache if callable(cache) and not isinstance(cache, Sized) else cache.__len__
+    if clear is None:
+        clear = cache.clear  # type: ignore[union-attr]
+    with _lock:
+        _registry[name] = _Entry(size, clear, max_entries, description, stats)
+
+
+def cache_info() -> dict[str, CacheInfo]:
+    """Every registered cache's :class:`CacheInfo`, by name, sorted by name: the caches of the
+    parts of ignis loaded so far (a kernel family's module registers its own when first used).
+
+    Example: ``{n: i.entries for n, i in ignis.cache_info().items() if i.entries}``.
+    """
+    with _lock:
+        items = sorted(_registry.items())
+    out = {}
+    for name, e in items:
+        hits, misses = e.stats() if e.stats is not None else (None, None)
+        out[name] = CacheInfo(name, int(e.size()), e.max_entries, e.description, hits, misses)
+    return out
+
+
+def clear_caches() -> None:
+    """Empty every registered cache of this process (the on-disk compile cache is kept).
+
+    Freed device blocks held for reuse go back to the device's memory pool, in stream order.
+    Arrays, streams and kernels the program holds keep working: only what ignis remembered for
+    itself is forgotten. Not meant to run while another thread is inside an ignis call.
+    """
+    with _lock:
+        entries = list(_registry.values())
+    for e in entries:
+        e.clear()
