@@ -67,6 +67,27 @@ def test_driver_runs_every_family_on_the_gpu(tmp_path):
         assert any(fragment in name for name in kernels), (fragment, sorted(kernels)[:20])
 
 
+def test_launched_kernels_counts_each_name_over_devices_and_architectures(monkeypatch):
+    # The library's kernel table is keyed by more than the name (the device, an arch such as
+    # sm_90a): the report adds up each name's launches, whatever the key holds.
+    from types import SimpleNamespace
+
+    from ignis._array._cuda_backend import _kernels
+
+    table = {
+        ("attention_sm90.cu", "fwd<64>", 0, "sm_90a"): SimpleNamespace(
+            name="fwd<64>", launch_count=2
+        ),
+        ("attention_sm90.cu", "fwd<64>", 1, "sm_90a"): SimpleNamespace(
+            name="fwd<64>", launch_count=3
+        ),
+        ("reduction.cu", "sum<float>", 0, None): SimpleNamespace(name="sum<float>", launch_count=1),
+        ("reduction.cu", "max<float>", 0, None): SimpleNamespace(name="max<float>", launch_count=0),
+    }
+    monkeypatch.setattr(_kernels, "_kernels", table)
+    assert exercise_kernels.launched_kernels() == {"fwd<64>": 5, "sum<float>": 1}
+
+
 def test_driver_reports_a_failing_family_and_goes_on(monkeypatch):
     driver = exercise_kernels.Driver("cpu", "small")
 
@@ -199,8 +220,12 @@ def test_log_parser_reads_racecheck_summaries():
     )
     assert parsed["errors"] == 2 and parsed["hazards"] == 2
     # What racecheck prints on a clean run: its own summary line only.
-    clean = ns["parse_log"]("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n")
+    clean = ns["parse_log"](
+        "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)\n"
+    )
     assert clean["errors"] == 0 and clean["hazards"] == 0
-    found = ns["parse_log"]("========= RACECHECK SUMMARY: 3 hazards displayed (1 errors, 2 warnings)\n")
+    found = ns["parse_log"](
+        "========= RACECHECK SUMMARY: 3 hazards displayed (1 errors, 2 warnings)\n"
+    )
     assert found["errors"] == 1 and found["hazards"] == 3
     assert ns["parse_log"]("python crashed")["errors"] is None

@@ -190,6 +190,18 @@ def exact_ref(values, fmt: Format) -> np.ndarray:
     return np.array([fmt.nearest(v) for v in values])
 
 
+def bf16_ref_from_f64(d: np.ndarray) -> np.ndarray:
+    """bfloat16 bits of doubles, rounded once (the rational reference; NaN gives 0, for the
+    callers to mask). Not ml_dtypes: some of its releases cast a double through float32, which
+    rounds twice and decides values near a midpoint wrongly."""
+    out = np.zeros(d.shape, np.uint16)
+    finite = np.isfinite(d)
+    out[finite] = exact_ref([float(v) for v in d[finite]], BF16)
+    inf = np.isinf(d)
+    out[inf] = np.where(d[inf] > 0, 0x7F80, 0xFF80)
+    return out
+
+
 def test_the_exact_reference_agrees_with_numpy_and_ml_dtypes():
     # The rational reference used for integers is itself checked against the libraries.
     bits = random_f32(3000, 11)
@@ -199,13 +211,12 @@ def test_the_exact_reference_agrees_with_numpy_and_ml_dtypes():
     assert np.array_equal(exact_ref(values, BF16), bf16_ref_from_f32(finite))
     doubles = random_f64(1000, 12)
     doubles = doubles[np.isfinite(doubles)]
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore"):  # NumPy rounds a double to float16 once
         assert np.array_equal(
             exact_ref(list(doubles), F16), doubles.astype(np.float16).view(np.uint16)
         )
-        assert np.array_equal(
-            exact_ref(list(doubles), BF16), doubles.astype(ml_dtypes.bfloat16).view(np.uint16)
-        )
+    # bfloat16 from a double has no library reference to check against: ml_dtypes releases
+    # differ (some round through float32). The tests use the rational reference for it.
 
 
 # --- host C++: the header's integer path --------------------------------------------------------
@@ -316,10 +327,9 @@ def test_host_from_double(host_exe):
     b = host(host_exe, "f64_bf16", d.view(np.uint64), np.uint16)
     with np.errstate(over="ignore", invalid="ignore"):
         assert_same_bits(h, d.astype(np.float16).view(np.uint16), d, nan)
-        assert_same_bits(b, d.astype(ml_dtypes.bfloat16).view(np.uint16), d, nan)
+    assert_same_bits(b, bf16_ref_from_f64(d), d, nan)
     finite = np.flatnonzero(np.isfinite(d))[:3000]
     assert np.array_equal(h[finite], exact_ref([float(d[i]) for i in finite], F16))
-    assert np.array_equal(b[finite], exact_ref([float(d[i]) for i in finite], BF16))
 
 
 def test_host_from_integers(host_exe):
@@ -432,7 +442,7 @@ def test_gpu_from_double_and_integers(arch):
     h, b = _launch("from_double", arch, [d], [np.uint16, np.uint16])
     with np.errstate(over="ignore", invalid="ignore"):
         assert_same_bits(h, d.astype(np.float16).view(np.uint16), d, nan)
-        assert_same_bits(b, d.astype(ml_dtypes.bfloat16).view(np.uint16), d, nan)
+    assert_same_bits(b, bf16_ref_from_f64(d), d, nan)
     v = random_i64(3000, 7)
     h, b = _launch("from_int64", arch, [v], [np.uint16, np.uint16])
     assert np.array_equal(h, exact_ref([int(x) for x in v], F16))

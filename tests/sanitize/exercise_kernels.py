@@ -556,9 +556,9 @@ def launched_kernels() -> dict[str, int]:
     from ignis._array._cuda_backend import _kernels
 
     counts: dict[str, int] = {}
-    for (_, name, _), kernel in list(_kernels._kernels.items()):
+    for kernel in list(_kernels._kernels.values()):  # keyed by source, name, device and arch
         if kernel.launch_count:
-            counts[name] = counts.get(name, 0) + kernel.launch_count
+            counts[kernel.name] = counts.get(kernel.name, 0) + kernel.launch_count
     return counts
 
 

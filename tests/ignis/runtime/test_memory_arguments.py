@@ -197,7 +197,14 @@ def test_argument_errors_come_first(machine, call, error, pattern):
         lambda: ignis.alloc(np.int64(16), device="cuda:0"),
         lambda: ignis.PinnedBuffer(16),
         lambda: ignis.pinned_empty((2, 3), "float32"),
-        lambda: ignis.empty((2,), device="cuda:0"),
+        pytest.param(
+            lambda: ignis.empty((2,), device="cuda:0"),
+            # Where a GPU exists the array backend of cuda:0 is already made, so the stand-in
+            # "no GPU" state of the seam cannot reach it.
+            marks=pytest.mark.skipif(
+                ignis.is_available(), reason="simulates a machine without a GPU"
+            ),
+        ),
     ],
 )
 def test_good_arguments_without_a_gpu_are_a_no_device_error(monkeypatch, call):
