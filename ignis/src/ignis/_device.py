@@ -317,15 +317,15 @@ if hasattr(os, "register_at_fork"):  # POSIX only
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _parse_ordinal(value: int | str) -> int:
+def _parse_ordinal(value: int | str, op: str = "Device") -> int:
     """The CUDA ordinal of a device argument, in any CUDA spelling of the one list of device
-    spellings (``ignis._array._device.DEVICE_SPELLINGS``). Needs no GPU."""
+    spellings (``ignis._array._device.DEVICE_SPELLINGS``); errors name ``op``. Needs no GPU."""
     # Imported here: the array package imports this module.
     from ._array._device import expected_devices, parse_device_spec
 
     if not isinstance(value, str) and not hasattr(value, "__index__"):
         raise TypeError(
-            f"Device: expected {expected_devices('cuda')}; got {value!r} "
+            f"{op}: expected {expected_devices('cuda')}; got {value!r} "
             f"of type {type(value).__name__}"
         )
     try:
@@ -334,5 +334,13 @@ def _parse_ordinal(value: int | str) -> int:
         kind, index = "", None
     if kind != "cuda" or index is None:
         what = "'cpu' is not a CUDA device" if kind == "cpu" else f"invalid device {value!r}"
-        raise ValueError(f"Device: {what}; expected {expected_devices('cuda')}")
+        raise ValueError(f"{op}: {what}; expected {expected_devices('cuda')}")
     return index
+
+
+def check_device_arg(device: Any, op: str = "Device") -> None:
+    """Raise TypeError/ValueError (naming ``op``) for a ``device`` argument that names no CUDA
+    device; None and Device objects pass. Needs no GPU, so callers run it before the driver is
+    asked: a bad argument is reported as such, GPU or not."""
+    if device is not None and not isinstance(device, Device):
+        _parse_ordinal(device, op)

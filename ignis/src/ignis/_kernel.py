@@ -32,7 +32,7 @@ from ._arg_packing import ArgPacker, block_lines
 from ._bindings import check, cu, driver, driver_available, driver_unavailable_reason
 from ._codegen import build_function
 from ._compiler import CompileOptions, ObjectCode, compile
-from ._device import Device, _parse_ordinal, activate, current_device
+from ._device import Device, activate, check_device_arg, current_device
 
 # activate() keeps the thread's active device here; the launch path reads it inline to skip the
 # call when the device is already active (the common case).
@@ -577,8 +577,7 @@ def compile_kernel(
     opts = options or CompileOptions()
     gpu = driver_available()
     if not gpu:
-        if device is not None and not isinstance(device, Device):
-            _parse_ordinal(device)  # a bad device argument is reported as such, GPU or not
+        check_device_arg(device)
     elif opts.arch is None:
         dev = current_device() if device is None else Device(device)
         opts = opts._with_device_arch(dev.arch)

@@ -37,7 +37,7 @@ import numpy as np
 from . import _caches, _stream
 from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
 from ._codegen import build_function
-from ._device import Device, _parse_ordinal, activate, current_device
+from ._device import Device, activate, check_device_arg, current_device
 
 # activate() keeps the thread's active device here; allocation and free read it inline to skip
 # the call when the device is already active (the common case).
@@ -264,7 +264,7 @@ class AsyncMemoryResource(MemoryResource):
             release_threshold = _check_nbytes(
                 release_threshold, "AsyncMemoryResource", "release_threshold"
             )
-        _check_device_arg(device, "AsyncMemoryResource")
+        check_device_arg(device, "AsyncMemoryResource")
         self._cache: dict[int, list[int]] = {}  # nbytes -> addresses of freed blocks
         self._cache_limit = CACHE_BYTES if cache_bytes is None else cache_bytes
         # What the cache holds, kept without a lock: threads updating it at once can make it
@@ -618,7 +618,7 @@ def alloc(
     """
     if type(nbytes) is not int or nbytes < 0:
         nbytes = _check_nbytes(nbytes, "alloc")
-    _check_device_arg(device, "alloc")
+    check_device_arg(device, "alloc")
     if stream is not None and not isinstance(stream, Stream):
         raise TypeError(
             f"alloc: stream must be an ignis.Stream or None, got {type(stream).__name__}"
@@ -739,7 +739,7 @@ class PinnedBuffer:
     def __init__(self, nbytes: int, device: int | str | Device | None = None):
         # Arguments first: a bad size is reported as such, with or without a GPU.
         nbytes = _check_nbytes(nbytes, "PinnedBuffer")
-        _check_device_arg(device, "PinnedBuffer")
+        check_device_arg(device, "PinnedBuffer")
         ensure_driver()
         self.device = current_device() if device is None else Device(device)
         self.nbytes = nbytes
@@ -919,13 +919,3 @@ def _check_nbytes(nbytes: Any, op: str, what: str = "nbytes") -> int:
         raise ValueError(f"{op}: {what} must be >= 0, got {nbytes}; expected a size in bytes")
     return int(nbytes)
 
-
-def _check_device_arg(device: Any, op: str) -> None:
-    """Raise TypeError/ValueError for a ``device`` argument that names no CUDA device (None and
-    Device objects pass); needs no GPU, so it runs before the driver is asked."""
-    if device is None or isinstance(device, Device):
-        return
-    try:
-        _parse_ordinal(device)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{op}: {str(exc).removeprefix('Device: ')}") from None

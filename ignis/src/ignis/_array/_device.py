@@ -96,20 +96,19 @@ def expected_devices(kind: str | None = None) -> str:
 _NON_STRINGS = ("N", "ignis.Device")  # spellings that are not strings (an int, a Device)
 
 
-def parse_device_spec(spec: Any, op: str | None = None) -> tuple[str, int | None]:
+def parse_device_spec(spec: Any) -> tuple[str, int | None]:
     """``(type, index)`` of a device argument in any spelling of :data:`DEVICE_SPELLINGS`:
     ``("cpu", None)`` or ``("cuda", N)``. An int-like object (an ``ignis.Device``, a NumPy
     integer) is its ordinal; another object that is not a str (a ``torch.device``) is read
     through its ``str()``.
 
-    Raises ValueError naming ``op`` (when given), what was given and the accepted spellings.
+    Raises ValueError naming what was given and the accepted spellings.
 
     Example: ``parse_device_spec("GPU:1") == ("cuda", 1)``.
     """
-    where = f"{op}: " if op else ""
     given = spec
     if isinstance(spec, bool):  # an int subclass, but True is not a device
-        raise ValueError(f"{where}invalid device {spec!r}; expected {expected_devices()}")
+        raise ValueError(f"invalid device {spec!r}; expected {expected_devices()}")
     if not isinstance(spec, str):
         try:
             index = operator.index(spec)
@@ -118,7 +117,7 @@ def parse_device_spec(spec: Any, op: str | None = None) -> tuple[str, int | None
         else:
             if index < 0:
                 raise ValueError(
-                    f"{where}invalid device {spec!r} (a CUDA ordinal is >= 0); "
+                    f"invalid device {spec!r} (a CUDA ordinal is >= 0); "
                     f"expected {expected_devices()}"
                 )
             return "cuda", index
@@ -133,7 +132,7 @@ def parse_device_spec(spec: Any, op: str | None = None) -> tuple[str, int | None
                 return kind, int(rest)
         elif text == spelling:
             return kind, (0 if kind == "cuda" else None)
-    raise ValueError(f"{where}invalid device {given!r}; expected {expected_devices()}")
+    raise ValueError(f"invalid device {given!r}; expected {expected_devices()}")
 
 
 _CACHE: dict[Any, ArrayDevice] = {}

@@ -157,19 +157,14 @@ _caches.register(
     max_entries=_FAST_LIMIT,
     description="element-wise op, dtypes and vector width -> kernel; and its prepared launches",
 )
-for _what, _cache, _desc in (
-    ("grid_caps", _grid_caps, "device -> the most blocks of an element-wise grid"),
-    ("layouts", _layouts, "operand layouts -> the merged dims and strides a kernel walks"),
-    ("contiguous_strides", _contiguous_strides, "(shape, itemsize) -> contiguous strides"),
-    ("fill_bits", _fill_bits, "fill value and dtype -> its bit pattern"),
-    ("broadcast_plans", _bcast_plans, "broadcast layouts -> the row/column kernel's plan"),
+for _what, _cache, _bound, _desc in (
+    ("grid_caps", _grid_caps, None, "device -> the most blocks of an element-wise grid"),
+    ("layouts", _layouts, _CACHE_LIMIT, "operand layouts -> merged dims and strides"),
+    ("contiguous_strides", _contiguous_strides, _CACHE_LIMIT, "(shape, itemsize) -> strides"),
+    ("fill_bits", _fill_bits, _CACHE_LIMIT, "fill value and dtype -> its bit pattern"),
+    ("broadcast_plans", _bcast_plans, _CACHE_LIMIT, "broadcast layouts -> row/column plan"),
 ):
-    _caches.register(
-        f"cuda.elementwise.{_what}",
-        _cache,
-        max_entries=None if _what == "grid_caps" else _CACHE_LIMIT,
-        description=_desc,
-    )
+    _caches.register(f"cuda.elementwise.{_what}", _cache, max_entries=_bound, description=_desc)
 
 
 # --- names ---------------------------------------------------------------------------------------
