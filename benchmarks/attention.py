@@ -6,19 +6,20 @@ batch * seq = 16384 tokens and 2048 / head_dim heads. FLOPs follow PyTorch's con
 4 * B * H * L * S * E for the forward pass, 2.5x that for the backward pass, halved when causal.
 Times are medians of CUDA-event-timed rounds after a warm-up (helpers of reduction.py);
 ``vs torch`` is ignis's TFLOP/s over PyTorch's; "ignis bwd" is ``attention_backward`` alone;
-"mma.sync fwd" / "mma.sync bwd" are the same with ``FWD_WGMMA = BWD_WGMMA = False`` where the
-Hopper kernels are the default (compute capability 9.0, head dims 64 and 128). The last column
+"mma.sync fwd" / "mma.sync bwd" are the same with
+``ignis.tuning(attention=dict(fwd_wgmma=False, bwd_wgmma=False))`` where the Hopper kernels are
+the default (compute capability 9.0, head dims 64 and 128). The last column
 is the largest absolute difference between the two forward outputs.
 
 A second table runs float32 (the scalar kernels, exact float32 arithmetic, no TF32) beside
 PyTorch's float32 SDPA (memory-efficient attention) for a GPT step (64x6x256x64 causal) and two
 longer cases: the register-tiled kernels with the two-pass backward, the same with the one-pass
-backward (``SIMT_FUSED_DQ``), and the first kernels (``SIMT_TILED = False``). Backward times
+backward (``simt_fused_dq``), and the first kernels (``simt_tiled=False``). Backward times
 are ``attention_backward`` alone for ignis and fwd+bwd minus fwd for PyTorch.
 
 Run on a GPU machine: ``python benchmarks/attention.py``. Prints Markdown tables.
 ``python benchmarks/attention.py --sweep`` instead times the float32 tiled kernels with other
-tile shapes (``SIMT_TILES``) on two cases, to pick the table's entries.
+tile shapes (the ``simt_tiles`` setting) on two cases, to pick the table's entries.
 """
 
 from __future__ import annotations
@@ -86,12 +87,9 @@ def bench_row(torch, seq: int, e: int, causal: bool) -> str:
     bwd = f"{tflops(2.5 * flops, time_ignis(ours_bwd)):.1f}"
     mma_sync = mma_sync_bwd = "-"  # the mma.sync kernels, where the Hopper ones replace them
     if cuda_attention.uses_wgmma_forward("bfloat16", e, ignis.Device(0)):
-        cuda_attention.FWD_WGMMA = cuda_attention.BWD_WGMMA = False
-        try:
+        with ignis.tuning(attention=dict(fwd_wgmma=False, bwd_wgmma=False)):
             mma_sync = f"{tflops(flops, time_ignis(ours_fwd)):.1f}"
             mma_sync_bwd = f"{tflops(2.5 * flops, time_ignis(ours_bwd)):.1f}"
-        finally:
-            cuda_attention.FWD_WGMMA = cuda_attention.BWD_WGMMA = True
     ob, tb = tflops(3.5 * flops, t_ob), tflops(3.5 * flops, t_tb)
     ours = np.asarray(ours_fwd()[0].to_host(), np.float32)
     theirs = torch_fwd().float().cpu().numpy()
@@ -138,14 +136,12 @@ def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> lis
     flops = 4.0 * b * h * seq * seq * e * (0.5 if causal else 1.0)
     tflops = lambda f, ms: f / (ms * 1e-3) / 1e12  # noqa: E731
     rows = []
-    saved = cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ
-    try:
-        for tiled, fused, kernels in (
-            (True, False, "tiled"),
-            (True, True, "tiled, one pass"),
-            (False, False, "first"),
-        ):
-            cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ = tiled, fused
+    for tiled, fused, kernels in (
+        (True, False, "tiled"),
+        (True, True, "tiled, one pass"),
+        (False, False, "first"),
+    ):
+        with ignis.tuning(attention=dict(simt_tiled=tiled, simt_fused_dq=fused)):
             out, lse = ignis.nn.attention(q, k, v, causal=causal)
 
             def ours_fwd():
@@ -163,8 +159,6 @@ def bench_f32_rows(torch, b: int, h: int, seq: int, e: int, causal: bool) -> lis
                 f"{t_tf / t_of:.2f} | {t_ob * 1e3:.0f} | {t_tb * 1e3:.0f} | {t_tb / t_ob:.2f} | "
                 f"{tflops(flops, t_of):.1f} | {tflops(2.5 * flops, t_ob):.1f} | {diff:.2e} |"
             )
-    finally:
-        cuda_attention.SIMT_TILED, cuda_attention.SIMT_FUSED_DQ = saved
     return rows
 
 
@@ -184,7 +178,7 @@ SWEEP = {
 }
 
 
-def _sweep_case(torch, b: int, h: int, seq: int, e: int, causal: bool, saved: dict) -> None:
+def _sweep_case(torch, b: int, h: int, seq: int, e: int, causal: bool) -> None:
     d = cuda_attention.tiled_head_dim(e)
     gen = torch.Generator(device="cuda").manual_seed(seq)
     tq, tk, tv, tg = (torch.randn((b, h, seq, e), device="cuda", generator=gen) for _ in range(4))
@@ -198,35 +192,33 @@ def _sweep_case(torch, b: int, h: int, seq: int, e: int, causal: bool, saved: di
     def bwd():
         return ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
 
+    table = ignis.tuning().attention.simt_tiles
     for kind, candidates in SWEEP[d].items():
         run, first = (fwd if kind == "fwd" else bwd), None
         for tiles in candidates:
-            cuda_attention.SIMT_TILES[("float32", d)] = {**saved[("float32", d)], kind: tiles}
+            # the default tiles with this kernel's replaced
+            changed = {**table, ("float32", d): {**table[("float32", d)], kind: tiles}}
             head = f"| {b}x{h}x{seq}x{e} | {'yes' if causal else 'no'} | {kind} | {tiles} |"
             try:
-                ms = time_ignis(run)
-                got = np.concatenate([np.asarray(x.to_host(), np.float32).ravel() for x in run()])
+                with ignis.tuning(attention=dict(simt_tiles=changed)):
+                    ms = time_ignis(run)
+                    got = [np.asarray(x.to_host(), np.float32).ravel() for x in run()]
             except Exception as exc:  # a shape that does not fit this GPU
                 print(f"{head} failed: {type(exc).__name__}: {exc} | |", flush=True)
                 continue
+            got = np.concatenate(got)
             first = got if first is None else first
             print(f"{head} {ms * 1e3:.0f} | {float(np.max(np.abs(got - first))):.2e} |", flush=True)
-        cuda_attention.SIMT_TILES[("float32", d)] = saved[("float32", d)]
 
 
 def sweep(torch) -> None:
     print(f"# float32 attention tile sweep on {ignis.Device(0).name}\n")
     print("| B x H x L x E | causal | kernel | tiles | µs | max abs diff vs first |")
     print("|---|---|---|---|---|---|")
-    saved_switch, saved_tiles = cuda_attention.SIMT_TILED, dict(cuda_attention.SIMT_TILES)
-    cuda_attention.SIMT_TILED = True
-    try:
+    with ignis.tuning(attention=dict(simt_tiled=True)):
         for case in ((64, 6, 256, 64, True), (4, 16, 2048, 128, True)):
-            _sweep_case(torch, *case, saved_tiles)
+            _sweep_case(torch, *case)
             torch.cuda.empty_cache()
-    finally:
-        cuda_attention.SIMT_TILED = saved_switch
-        cuda_attention.SIMT_TILES.update(saved_tiles)
 
 
 def main() -> int:

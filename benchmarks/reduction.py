@@ -172,20 +172,24 @@ def bench_row(case: tuple, dtype: str, gen: Any, cupy: Any) -> str:
 
 
 @contextlib.contextmanager
-def knobs(**settings: Any) -> Iterator[None]:
-    """Set attributes of the cuda backend's reduction module for the duration of a block."""
+def knobs(tuning: dict[str, dict[str, Any]] | None = None, **patches: Any) -> Iterator[None]:
+    """``ignis.tuning(**tuning)`` for the duration of a block, and functions of the cuda
+    backend's reduction module replaced by ``patches`` (a fixed split count) for it."""
     from ignis._array._cuda_backend import reduction
 
-    old = {name: getattr(reduction, name) for name in settings}
-    reduction._recipes.clear()  # remembered launches were planned under the old settings
-    for name, value in settings.items():
+    old = {name: getattr(reduction, name) for name in patches}
+    if patches:  # remembered launches were planned without the patches (and then with them)
+        ignis.clear_caches()
+    for name, value in patches.items():
         setattr(reduction, name, value)
     try:
-        yield
+        with ignis.tuning(**(tuning or {})):  # (recipes are keyed on the settings)
+            yield
     finally:
         for name, value in old.items():
             setattr(reduction, name, value)
-        reduction._recipes.clear()
+        if patches:
+            ignis.clear_caches()
 
 
 def _fixed_splits(count: int) -> Callable[..., int]:
@@ -193,13 +197,14 @@ def _fixed_splits(count: int) -> Callable[..., int]:
 
 
 def variants() -> list[tuple[str, str, tuple[int, ...], str, dict[str, Any]]]:
-    """(case, variant, shape, dtype, module settings) for the tuned cases."""
+    """(case, variant, shape, dtype, :func:`knobs` arguments) for the tuned cases."""
     rows: list[tuple[str, str, tuple[int, ...], str, dict[str, Any]]] = []
     for dtype in ("float32", "bfloat16"):
         case = "sum axis=0"
         shape = (16384, 16384)
         rows.append((case, "reduce_cols_wide (default)", shape, dtype, {}))
-        rows.append((case, "reduce_cols (COLS_WIDE=False)", shape, dtype, {"COLS_WIDE": False}))
+        off = {"tuning": {"reduction": {"cols_wide": False}}}
+        rows.append((case, "reduce_cols (cols_wide=False)", shape, dtype, off))
         for count in (4, 8, 16, 32):
             rows.append(
                 (
@@ -214,9 +219,8 @@ def variants() -> list[tuple[str, str, tuple[int, ...], str, dict[str, Any]]]:
         case = "softmax axis=-1"
         shape = (4096, 32768)
         rows.append((case, "softmax_packed (default)", shape, dtype, {}))
-        rows.append(
-            (case, "softmax_block (SOFTMAX_PACKED=False)", shape, dtype, {"SOFTMAX_PACKED": False})
-        )
+        off = {"tuning": {"softmax": {"packed": False}}}
+        rows.append((case, "softmax_block (packed=False)", shape, dtype, off))
     return rows
 
 

@@ -56,6 +56,15 @@ def device(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture
+def tune():
+    """``tune(reduction=dict(group_max_n=64), ...)``: ``ignis.tuning.set`` for the rest of the
+    test; the settings in force before it are put back afterwards."""
+    saved = ignis.tuning()
+    yield ignis.tuning.set
+    ignis.tuning.set(saved)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _give_device_memory_back_between_files():
     """Under pytest-xdist, return each file's device memory to the driver when the file ends.

@@ -12,9 +12,9 @@ import pytest
 import ignis
 from ignis import _caches
 
-# Caches that `import ignis` brings (a module loaded later, such as the norm kernels' plans,
-# registers its caches when it is loaded): the op plans, the kernels, the compile cache, TMA
-# maps and the device block cache.
+# Caches that `import ignis` brings (a module loaded later, such as the norm kernels' plans or
+# the attention kernels' TMA maps, registers its caches when it is loaded): the op plans, the
+# kernels, the compile cache and the device block cache.
 EXPECTED = {
     "ops.unary_plans",
     "ops.binary_plans",
@@ -28,7 +28,6 @@ EXPECTED = {
     "cuda.matmul.blas_plans",
     "jit.compiled",
     "codegen.compiled",
-    "tensor_maps",
     "memory.block_cache",
 }
 
@@ -38,7 +37,8 @@ def test_cache_info_lists_every_cache_by_name_sorted():
     assert EXPECTED <= set(info)
     assert list(info) == sorted(info)
     importlib.import_module("ignis._array._cuda_backend.norm_loss")  # loaded on first use
-    assert "cuda.norm_loss.plans" in ignis.cache_info()
+    importlib.import_module("ignis._array._cuda_backend.attention")  # it brings the TMA maps
+    assert {"cuda.norm_loss.plans", "tensor_maps"} <= set(ignis.cache_info())
     for name, entry in info.items():
         assert isinstance(entry, ignis.CacheInfo) and entry.name == name
         assert isinstance(entry.entries, int) and entry.entries >= 0
@@ -119,3 +119,50 @@ def test_clear_caches_gives_cached_device_blocks_back():
     assert ignis.cache_info()["memory.block_cache"].entries == 0
     assert ignis.get_memory_resource(0).cached_bytes == 0
     np.testing.assert_array_equal((a + a).to_host(), np.full(1 << 16, 2.0, np.float32))
+
+
+def test_a_plan_cache_counts_starts_over_when_full_and_clears_by_name():
+    from ignis._caches import PlanCache
+
+    plans = PlanCache("test.plans", 2, "n -> n squared")
+    try:
+        for n in (1, 2, 3):
+            assert plans.get(n) is None
+            plans.remember(n, n * n)
+        assert dict(plans) == {3: 9}  # full at the third plan: it started over
+        plans.hits += 1  # what a caller does when it uses a found plan
+        info = ignis.cache_info()["test.plans"]
+        assert (info.entries, info.max_entries, info.hits, info.misses) == (1, 2, 1, 3)
+        other = ignis.cache_info()["ops.binary_plans"]
+        ignis.clear_caches("test.plans")
+        assert len(plans) == 0 and plans.counts() == (0, 0)
+        # the other caches were left alone
+        assert ignis.cache_info()["ops.binary_plans"].entries == other.entries
+        with pytest.raises(KeyError, match="clear_caches: no cache named 'no.such'"):
+            ignis.clear_caches("no.such")
+    finally:
+        del _caches._registry["test.plans"]
+
+
+def test_a_cache_that_does_not_count_hits_reports_none():
+    from ignis._caches import PlanCache
+
+    views = PlanCache("test.views", 4, "layouts", counts_hits=False)
+    try:
+        views.remember("k", "v")
+        info = ignis.cache_info()["test.views"]
+        assert info.hits is None and info.misses == 1
+    finally:
+        del _caches._registry["test.views"]
+
+
+def test_op_plans_are_named_records():
+    from ignis._array import _ops
+
+    ignis.clear_caches("ops.binary_plans")
+    a = ignis.ones((3, 4), device="cpu")
+    a + a
+    a + a
+    (plan,) = _ops._binary_plans.values()
+    assert plan.shape == (3, 4) and plan.dtype is ignis.float32 and plan.form == 0
+    assert ignis.cache_info()["ops.binary_plans"].hits >= 1

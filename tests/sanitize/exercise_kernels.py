@@ -447,21 +447,16 @@ class Driver:
                 slots = slots.permute(2, 0, 3, 1, 4)
                 grad = self.arr((2, seq, 2, 64), dtype).permute(0, 2, 1, 3)
                 if dtype == "float32":
-                    switches = [("SIMT_FUSED_DQ", fused) for fused in (False, True)]
+                    settings = [dict(simt_fused_dq=fused) for fused in (False, True)]
                 else:
-                    switches = [("BWD_WGMMA", True)]
-                    switches += [("BWD_TILES", name) for name in cuda_attention.BWD_TILE_VARIANTS]
-                for switch, value in switches:
-                    saved = getattr(cuda_attention, switch), cuda_attention.BWD_WGMMA
-                    setattr(cuda_attention, switch, value)
-                    if switch == "BWD_TILES":  # (the mma.sync kernels, also on a Hopper GPU)
-                        cuda_attention.BWD_WGMMA = False
-                    try:
+                    settings = [dict(bwd_wgmma=True)]
+                    # (the mma.sync kernels, also on a Hopper GPU)
+                    settings += [dict(bwd_tiles=name, bwd_wgmma=False)
+                                 for name in cuda_attention.BWD_TILE_VARIANTS]
+                for setting in settings:
+                    with ignis.tuning(attention=setting):
                         self.run(nn.attention_backward, grad, heads[0], heads[1], heads[2], out,
                                  lse, causal=True, dq=slots[0], dk=slots[1], dv=slots[2])
-                    finally:
-                        setattr(cuda_attention, switch, saved[0])
-                        cuda_attention.BWD_WGMMA = saved[1]
 
         def linear(n: int) -> None:
             rows = min(n, 257)

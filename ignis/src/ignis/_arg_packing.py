@@ -503,7 +503,7 @@ def block_lines(packer: ArgPacker, args: str, values: Sequence[str] | None = Non
     """The lines of :func:`_pack_lines` that take a block and write the converted values into
     it (``packed``): ``values``, one expression per parameter (default ``v0 .. v<n-1>``);
     ``args`` is the expression an out-of-range error reports. Shared with launches whose
-    caller passes converted values (see ``Kernel._prepared`` and ``Kernel._prepared_lines``)."""
+    caller passes converted values (see ``Kernel._prepared``)."""
     layout = packer._layout
     assert layout is not None and packer._count
     if values is None:

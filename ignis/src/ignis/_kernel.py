@@ -288,17 +288,13 @@ def _launch_names(state: _Loaded, names: dict[str, Any]) -> dict[str, Any]:
     return names
 
 
-def _prepared_code(
-    state: _Loaded, dims: tuple[int, ...], values: Sequence[str]
-) -> tuple[list[str], dict[str, Any]] | None:
-    """The lines of one launch of the validated configuration ``dims`` and the globals they
-    use: ``(lines, names)``; None for a kernel whose layout depends on its values.
+def _build_prepared(state: _Loaded, dims: tuple[int, ...]) -> Callable[..., None] | None:
+    """Generate ``launch(stream, v0, .., v<n-1>)`` for one validated configuration ``dims``
+    (see :meth:`Kernel._prepared`); None for a kernel whose layout depends on its values.
 
-    Run with the local ``stream`` bound (a stream of the kernel's device: anything else
-    raises a LaunchError), the lines write the converted values ``values`` (one expression
-    per parameter) into a pooled block and launch. They assign no locals but ``packed``,
-    ``active`` and ``result``. :func:`_build_prepared` makes them a function; generated hot
-    paths run them inline (``Kernel._prepared_lines``).
+    Called with a stream of the kernel's device (anything else raises a LaunchError), it writes
+    the converted values into a pooled block and launches. Generated hot paths run it inline
+    (ignis._codegen.Inliner: the CUDA backend's direct functions).
     """
     packer = state.packer
     if packer._layout is None or not packer._count:
@@ -315,6 +311,7 @@ def _prepared_code(
         )
 
     names.update(gx=gx, gy=gy, gz=gz, bx=bx, by=by, bz=bz, smem=smem, wrong_stream=wrong_stream)
+    values = [f"v{i}" for i in range(packer._count)]
     lines = [
         "if stream.device is not device:",
         "    raise wrong_stream(stream)",
@@ -323,18 +320,7 @@ def _prepared_code(
         *_LAUNCH_PLAIN,
         "state.launches += 1",
     ]
-    return lines, names
-
-
-def _build_prepared(state: _Loaded, dims: tuple[int, ...]) -> Callable[..., None] | None:
-    """Generate ``launch(stream, v0, .., v<n-1>)`` for one validated configuration ``dims``
-    (see :meth:`Kernel._prepared`); None for a kernel whose layout depends on its values."""
-    values = [f"v{i}" for i in range(state.packer._count)]
-    code = _prepared_code(state, dims, values)
-    if code is None:
-        return None
-    lines, names = code
-    filename = f"<ignis prepared launch of {state.name!r} on cuda:{state.device.ordinal}>"
+    filename = f"<ignis prepared launch of {state.name!r} on cuda:{ordinal}>"
     _, launch = build_function("launch", ", ".join(["stream", *values]), lines, names, filename)
     return launch
 
@@ -454,20 +440,6 @@ class Kernel:
                 self._prepared_launches.clear()
             self._prepared_launches[key] = prepared
         return prepared
-
-    def _prepared_lines(
-        self, device: Device, grid: int, block: int, values: Sequence[str], shared_mem: int = 0
-    ) -> tuple[list[str], dict[str, Any]] | None:
-        """:meth:`_prepared`'s launch as lines, for a hot path that runs it inline (a call
-        costs the launch a few percent of its host time): ``(lines, names)``, see
-        :func:`_prepared_code`; None where :meth:`_prepared` gives None.
-
-        ``values`` are the expressions of the converted parameter values, one per parameter,
-        in the generated code's scope. The configuration is validated here, and the module
-        loaded on ``device`` if it is not yet.
-        """
-        state = self._state(device)
-        return _prepared_code(state, state.dims(grid, block, shared_mem, False), values)
 
     def launch(
         self,

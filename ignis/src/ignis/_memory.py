@@ -36,7 +36,7 @@ import numpy as np
 
 from . import _caches, _stream
 from ._bindings import _init_state, check, cu, driver, ensure_driver, is_out_of_memory
-from ._codegen import build_function
+from ._codegen import flatten
 from ._device import Device, activate, check_device_arg, current_device
 
 # activate() keeps the thread's active device here; allocation and free read it inline to skip
@@ -133,6 +133,7 @@ def _fold_soon(ordinal: int) -> None:
 
 
 def _record_free(ordinal: int, nbytes: int) -> None:
+    """Count a free of ``nbytes`` on device ``ordinal`` in the statistics (see _Stats)."""
     # (Allocations are recorded in _recorded_buffer, and fold a long log; frees never fold:
     # there are no more of them than allocations.)
     log = _logs.get(ordinal)
@@ -194,6 +195,8 @@ class MemoryResource:
             )
         if nbytes == 0:
             return Buffer._adopt(0, 0, device, stream, None)
+        if not _init_state["ok"]:  # a forked child: say so, not what the driver would say
+            ensure_driver()
         if getattr(_device_tls, "active", None) is not device:
             activate(device)
         try:
@@ -228,6 +231,24 @@ class MemoryResource:
             self._free(ptr, stream)
         finally:
             _record_free(device.ordinal, nbytes)
+
+
+def _from_block_cache(resource: AsyncMemoryResource, nbytes: int, stream: Stream) -> Buffer:
+    """``resource.allocate(nbytes, stream)`` for an int ``nbytes`` on the legacy default
+    stream: a block of the size from the resource's cache if there is one, else the driver's.
+
+    :meth:`AsyncMemoryResource.allocate` and the allocation of array results (_result_block)
+    run it inline (see ignis._codegen): its returns stay where the inliner takes them.
+    """
+    blocks = resource._cache.get(nbytes)
+    if blocks and stream.device is resource.device:
+        try:
+            ptr = blocks.pop()  # atomic: another thread may have taken the last one
+        except IndexError:
+            return MemoryResource.allocate(resource, nbytes, stream)
+        resource._cached_bytes -= nbytes
+        return _recorded_buffer(resource, ptr, nbytes, resource.device, stream)
+    return MemoryResource.allocate(resource, nbytes, stream)
 
 
 # Bytes of freed blocks an AsyncMemoryResource keeps for reuse by default (see the class).
@@ -280,21 +301,12 @@ class AsyncMemoryResource(MemoryResource):
             driver.cuuint64_t(threshold),
         )
 
+    @flatten(_from_block_cache)
     def allocate(self, nbytes: int, stream: Stream | None = None) -> Buffer:
         # A block from the cache needs neither the driver nor the device's context, so it skips
-        # the general checks (which it has passed). Array results take the same path inline, in
-        # RESULT_BLOCK_LINES (its twin: a change to this path is a change there too).
+        # the general checks (which it has passed).
         if type(nbytes) is int and getattr(stream, "_legacy", False):  # (None: no _legacy)
-            device = self.device
-            blocks = self._cache.get(nbytes)
-            if blocks and stream.device is device:
-                try:
-                    ptr = blocks.pop()  # atomic: another thread may have taken the last one
-                except IndexError:
-                    pass
-                else:
-                    self._cached_bytes -= nbytes
-                    return _recorded_buffer(self, ptr, nbytes, device, stream)
+            return _from_block_cache(self, nbytes, stream)
         return MemoryResource.allocate(self, nbytes, stream)
 
     # The driver is called directly (not through ``cu``): a resource exists, so the driver is
@@ -319,6 +331,7 @@ class AsyncMemoryResource(MemoryResource):
     def _free(self, ptr: int, stream: Stream) -> None:
         check(driver.cuMemFreeAsync(ptr, stream.handle), "cuMemFreeAsync")
 
+    @flatten(_record_free)  # most array results end here: the count of the free runs inline
     def _release(self, ptr: int, nbytes: int, stream: Stream) -> None:
         """Put a freed block into the cache if it fits, else free it (see the class notes)."""
         if getattr(stream, "_legacy", False) and self._cached_bytes + nbytes <= self._cache_limit:
@@ -328,11 +341,7 @@ class AsyncMemoryResource(MemoryResource):
             if len(blocks) < _CACHE_PER_SIZE:
                 self._cached_bytes += nbytes
                 blocks.append(ptr)
-                # _record_free, inline (its twin): most array results end here.
-                log = _logs.get(self.device.ordinal)
-                if log is None:
-                    log = _log(self.device.ordinal)
-                log.append(-nbytes)
+                _record_free(self.device.ordinal, nbytes)
                 return
         MemoryResource._release(self, ptr, nbytes, stream)
 
@@ -455,7 +464,7 @@ def _recorded_buffer(
     resource: MemoryResource, ptr: int, nbytes: int, device: Device, stream: Stream
 ) -> Buffer:
     """The Buffer owning a fresh allocation, counted in the memory statistics (see _Stats).
-    (RESULT_BLOCK_LINES have a copy, for array results from the block cache.)"""
+    (Array results from the block cache run it inline: _result_block.)"""
     log = _logs.get(device.ordinal)
     if log is None:
         log = _log(device.ordinal)
@@ -632,95 +641,31 @@ def alloc(
     return resource.allocate(nbytes, stream)
 
 
-# The allocation of an array op's result, as lines of code (see ignis._codegen): _result_block
-# is built from them, and the CUDA backend's direct functions run them inline. In: ``nbytes``,
-# ``device`` and its ``ordinal``. Out: ``buffer``, its ``ptr`` and ``stream``, the thread's
-# current stream of the device, which the block records. Other locals they assign: ``resource``,
-# ``blocks``, ``log``.
-#
-# The common case runs here without a call: a block of the size from the block cache of the
-# device's AsyncMemoryResource, when the current stream is the legacy default stream. Three
-# pieces are twins of their originals, for that: current_stream's lookup (the thread's stream
-# table, then the device's default stream), the cache path of AsyncMemoryResource.allocate and
-# _recorded_buffer. Anything else takes the resource's ``allocate`` (``alloc`` where the device
-# has no resource yet or the driver is not ready), with all its checks. The tables are read
-# through their modules at each call: tests and device switches replace them.
-RESULT_BLOCK_LINES = (
-    "try:",
-    "    stream = stream_tables._tls.streams.get(ordinal)",
-    "except AttributeError:  # the thread's first stream lookup: current_stream makes its table",
-    "    stream = current_stream(device)",
-    "if stream is None:",
-    "    stream = stream_tables._default_streams.get(ordinal)",
-    "    if stream is None:",
-    "        stream = current_stream(device)",
-    "resource = memory._resources.get(ordinal)",
-    "buffer = None",
-    "if resource.__class__ is AsyncMemoryResource and getattr(stream, '_legacy', False):",
-    "    # AsyncMemoryResource.allocate's cache path (its twin)",
-    "    blocks = resource._cache.get(nbytes)",
-    "    if blocks and stream.device is device is resource.device:",
-    "        try:",
-    "            ptr = blocks.pop()  # atomic: another thread may have taken the last one",
-    "        except IndexError:",
-    "            pass",
-    "        else:",
-    "            resource._cached_bytes -= nbytes",
-    "            # _recorded_buffer (its twin)",
-    "            log = memory._logs.get(ordinal)",
-    "            if log is None:",
-    "                log = new_log(ordinal)",
-    "            log.append(nbytes)",
-    "            if len(log) > memory._FOLD_AT:",
-    "                fold_soon(ordinal)",
-    "            buffer = new_object(Buffer)",
-    "            buffer.ptr = ptr",
-    "            buffer.nbytes = nbytes",
-    "            buffer.device = device",
-    "            buffer.stream = stream",
-    "            buffer._resource = resource",
-    "if buffer is None:",
-    "    if resource is None or not init_state['ok']:",
-    "        buffer = alloc(nbytes, device=device, stream=stream)",
-    "    else:",
-    "        buffer = resource.allocate(nbytes, stream)",
-    "    ptr = buffer.ptr",
-    "    stream = buffer.stream",
-)
+@flatten(_stream._stream_of, _from_block_cache, _recorded_buffer)
+def _result_block(nbytes: int, device: Device) -> Buffer:
+    """``alloc(nbytes, device, current_stream(device))``: the block of an array op's result.
 
+    Every array op on a GPU allocates its result here (``CudaBackend.alloc``), or runs this
+    function inline (the CUDA backend's direct functions). Flattened (see ignis._codegen): the
+    common case, a block of the size from the block cache of the device's AsyncMemoryResource
+    on the legacy default stream, makes no call. Anything else takes the resource's
+    ``allocate`` (``alloc`` where the device has no resource yet or the driver is not ready),
+    with all its checks. The tables (resources, streams, statistics) are read at each call:
+    tests and device switches replace them. Its local ``stream`` is the block's stream on
+    every path (the direct functions read it where they run this function inline).
 
-def result_block_names() -> dict[str, Any]:
-    """The globals :data:`RESULT_BLOCK_LINES` use, besides ``nbytes``, ``device`` and
-    ``ordinal``."""
-    return {
-        "stream_tables": _stream,
-        "memory": sys.modules[__name__],
-        "current_stream": current_stream,
-        "AsyncMemoryResource": AsyncMemoryResource,
-        "new_log": _log,
-        "fold_soon": _fold_soon,
-        "new_object": _new_object,
-        "Buffer": Buffer,
-        "init_state": _init_state,
-        "alloc": alloc,
-    }
-
-
-_result_block: Any = build_function(
-    "_result_block",
-    "nbytes, device",
-    ["ordinal = device.ordinal", *RESULT_BLOCK_LINES, "return buffer"],
-    result_block_names(),
-    "<ignis result block>",
-)[1]
-_result_block.__doc__ = """``alloc(nbytes, device, current_stream(device))``: the block of an
-array op's result, built from :data:`RESULT_BLOCK_LINES` (see there).
-
-Every array op on a GPU allocates its result here (``CudaBackend.alloc``) or runs the same
-lines inline (the CUDA backend's direct functions).
-
-Example: ``_result_block(4000, ignis.Device(0))`` -> a Buffer of 4000 bytes on cuda:0.
-"""
+    Example: ``_result_block(4000, ignis.Device(0))`` -> a Buffer of 4000 bytes on cuda:0.
+    """
+    ordinal = device.ordinal
+    stream = _stream._stream_of(device, ordinal)  # current_stream(device)
+    resource = _resources.get(ordinal)
+    if resource.__class__ is AsyncMemoryResource and getattr(stream, "_legacy", False):
+        buffer = _from_block_cache(resource, nbytes, stream)  # (nbytes: the plan's int)
+    elif resource is None or not _init_state["ok"]:  # alloc makes the resource, or says why not
+        buffer = alloc(nbytes, device=device, stream=stream)
+    else:
+        buffer = resource.allocate(nbytes, stream)
+    return buffer  # (one return of one local: inline, it is the caller's own)
 
 
 def _free_pinned(device: Device, ptr: int) -> None:
@@ -918,4 +863,3 @@ def _check_nbytes(nbytes: Any, op: str, what: str = "nbytes") -> int:
     if nbytes < 0:
         raise ValueError(f"{op}: {what} must be >= 0, got {nbytes}; expected a size in bytes")
     return int(nbytes)
-

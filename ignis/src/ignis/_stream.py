@@ -4,8 +4,9 @@ A :class:`Stream` is an ordered queue of device work; an :class:`Event` marks a 
 that other streams or the host can wait for, and two timing events measure elapsed device time.
 
 Each device has a default stream (:func:`default_stream`): the legacy NULL stream, the same one
-PyTorch and CuPy use by default, so work handed between the libraries stays ordered. ``with stream:``
-makes a stream the calling thread's current stream for that device (:func:`current_stream`).
+PyTorch and CuPy use by default, so work handed between the libraries stays ordered.
+``with stream:`` makes a stream the calling thread's current stream for that device
+(:func:`current_stream`).
 
 Example::
 
@@ -23,6 +24,7 @@ import weakref
 from typing import Any
 
 from ._bindings import check_ready, cu, driver
+from ._codegen import flatten
 from ._device import Device, activate, current_device
 
 __all__ = ["Stream", "Event", "default_stream", "current_stream"]
@@ -179,8 +181,10 @@ _default_streams: dict[int, Stream] = {}
 
 def default_stream(device: int | Device | None = None) -> Stream:
     """The legacy default (NULL) stream of ``device``: synchronizes with other blocking streams."""
-    dev = device if device.__class__ is Device else (
-        current_device() if device is None else Device(device)
+    dev = (
+        device
+        if device.__class__ is Device
+        else (current_device() if device is None else Device(device))
     )
     stream = _default_streams.get(dev.ordinal)
     if stream is None:
@@ -188,24 +192,33 @@ def default_stream(device: int | Device | None = None) -> Stream:
     return stream
 
 
-def current_stream(device: int | Device | None = None) -> Stream:
-    """The calling thread's current stream for ``device``: the innermost ``with stream:`` block's,
-    else the device's default stream."""
-    # Every array op asks this (to allocate, then to launch): a Device argument and a thread
-    # that has its stream table take no call beyond two dict lookups. (ignis._memory's
-    # RESULT_BLOCK_LINES have this lookup inline, its twin, for the allocation of op results.)
-    dev = device if device.__class__ is Device else (
-        current_device() if device is None else Device(device)
-    )
-    ordinal = dev.ordinal
+def _stream_of(device: Device, ordinal: int) -> Stream:
+    """:func:`current_stream` of a Device and its ordinal. It runs inline there and in the
+    allocation of array results (see ignis._codegen): its returns stay where the inliner takes
+    them."""
     try:
         stream = _tls.streams.get(ordinal)
     except AttributeError:  # this thread has not entered a stream yet
         stream = _current_streams().get(ordinal)
-    if stream is not None:
-        return stream
-    stream = _default_streams.get(ordinal)
-    return stream if stream is not None else default_stream(dev)
+    if stream is None:
+        stream = _default_streams.get(ordinal)
+        if stream is None:
+            stream = default_stream(device)
+    return stream  # (one return of one local: inline, it is the caller's own)
+
+
+@flatten(_stream_of)
+def current_stream(device: int | Device | None = None) -> Stream:
+    """The calling thread's current stream for ``device``: the innermost ``with stream:`` block's,
+    else the device's default stream."""
+    # Every array op asks this (to allocate, then to launch): flattened, a Device argument and
+    # a thread that has its stream table take no call beyond two dict lookups.
+    dev = (
+        device
+        if device.__class__ is Device
+        else (current_device() if device is None else Device(device))
+    )
+    return _stream_of(dev, dev.ordinal)
 
 
 def _current_streams() -> dict[int, Stream]:

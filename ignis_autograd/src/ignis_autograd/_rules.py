@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ignis._array._op_table import ELEMENTWISE, unbroadcast
+
 import ignis
 from ignis import NvArray
 
@@ -46,105 +48,10 @@ def shape_of(x: Any) -> tuple[int, ...]:
     return x.shape if isinstance(x, NvArray) else ()
 
 
-def unbroadcast(grad: NvArray, shape: tuple[int, ...]) -> NvArray:
-    """Sum ``grad`` over the axes broadcasting added or stretched, back to ``shape``."""
-    if grad.shape == shape:
-        return grad
-    lead = grad.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1
-    )
-    return grad.sum(axis=axes, keepdims=True).reshape(shape) if axes else grad.reshape(shape)
-
-
 _unb = unbroadcast
 
 
 # --- arithmetic -------------------------------------------------------------------------------
-
-
-@rule("add", fresh=False)
-def _add(g, need, sa, sb):
-    return (_unb(g, sa) if need[0] else None, _unb(g, sb) if need[1] else None)
-
-
-@rule("sub", fresh=False)
-def _sub(g, need, sa, sb):
-    return (_unb(g, sa) if need[0] else None, _unb(-g, sb) if need[1] else None)
-
-
-@rule("mul")
-def _mul(g, need, a, b, sa, sb):
-    # a is saved only when b needs a gradient and vice versa (None otherwise)
-    return (
-        _unb(g * b, sa) if need[0] else None,
-        _unb(g * a, sb) if need[1] else None,
-    )
-
-
-@rule("div")
-def _div(g, need, sa, b, out):
-    # out is saved only when b needs a gradient
-    g_b = g / b  # d(a/b)/da = 1/b, d(a/b)/db = -(a/b)/b
-    return (
-        _unb(g_b, sa) if need[0] else None,
-        _unb(-(g_b * out), shape_of(b)) if need[1] else None,
-    )
-
-
-@rule("pow")
-def _pow(g, need, a, b, out):
-    ga = gb = None
-    if need[0]:
-        if isinstance(b, (int, float)) and not isinstance(b, bool):
-            # Scalar exponents (the common case): fewer kernels, and no 0 * inf at b == 0.
-            if b == 0:
-                ga = g * 0.0
-            elif b == 1:
-                ga = g.clone()
-            elif b == 2:
-                ga = g * (a * 2.0)
-            else:
-                ga = g * (a ** (b - 1) * b)
-        else:
-            ga = _unb(g * (a ** (b - 1)) * b, shape_of(a))
-    if need[1]:
-        if isinstance(a, NvArray):
-            # d/db a**b = a**b log a; at a == 0 the limit is 0 (as PyTorch), not nan.
-            gb = ignis.where(a == 0, 0.0, g * out * ignis.log(a))
-        else:
-            gb = g * out * (math.log(a) if a > 0 else math.nan)
-        gb = _unb(gb, shape_of(b))
-    return ga, gb
-
-
-@rule("neg")
-def _neg(g, need):
-    return (-g,)
-
-
-@rule("abs")
-def _abs(g, need, x):
-    return (ignis.where(x > 0, g, ignis.where(x < 0, -g, 0.0)),)
-
-
-@rule("maximum")
-def _maximum(g, need, a, b):
-    # Ties share the gradient equally (as PyTorch).
-    ga = ignis.where(a > b, g, ignis.where(a == b, g * 0.5, 0.0))
-    return (
-        _unb(ga, shape_of(a)) if need[0] else None,
-        _unb(g - ga, shape_of(b)) if need[1] else None,
-    )
-
-
-@rule("minimum")
-def _minimum(g, need, a, b):
-    ga = ignis.where(a < b, g, ignis.where(a == b, g * 0.5, 0.0))
-    return (
-        _unb(ga, shape_of(a)) if need[0] else None,
-        _unb(g - ga, shape_of(b)) if need[1] else None,
-    )
 
 
 @rule("where")
@@ -164,87 +71,6 @@ def _clip(g, need, x, lo, hi):
     if hi is not None:
         g = ignis.where(x > hi, 0.0, g)
     return (g,)
-
-
-# --- elementwise functions ----------------------------------------------------------------------
-
-
-@rule("exp")
-def _exp(g, need, out):
-    return (g * out,)
-
-
-@rule("log")
-def _log(g, need, x):
-    return (g / x,)
-
-
-@rule("sqrt")
-def _sqrt(g, need, out):
-    return (g / (out * 2.0),)
-
-
-# The activations' rules are one fused kernel each (ignis.nn.*_backward) when the gradient's
-# dtype is the saved array's, or float32 for a 16-bit one (the dtypes the walk hands over); any
-# other pair keeps the composite formula, whose dtype promotion it then follows.
-
-_FUSED_GRAD = {
-    ignis.float16: (ignis.float16, ignis.float32),
-    ignis.bfloat16: (ignis.bfloat16, ignis.float32),
-    ignis.float32: (ignis.float32,),
-    ignis.float64: (ignis.float64,),
-}
-
-
-def _fused(g, s):
-    return g.dtype in _FUSED_GRAD.get(s.dtype, ()) and g.shape == s.shape
-
-
-@rule("tanh")
-def _tanh(g, need, out):
-    if _fused(g, out):
-        return (ignis.nn.tanh_backward(g, out),)
-    return (g * (1.0 - out * out),)
-
-
-@rule("sigmoid")
-def _sigmoid(g, need, out):
-    if _fused(g, out):
-        return (ignis.nn.sigmoid_backward(g, out),)
-    return (g * out * (1.0 - out),)
-
-
-@rule("relu")
-def _relu(g, need, out):
-    if _fused(g, out):
-        return (ignis.nn.relu_backward(g, out),)
-    return (ignis.where(out > 0, g, 0.0),)
-
-
-_SQRT_2_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-
-
-@rule("gelu")
-def _gelu(g, need, x, approximate):
-    if _fused(g, x):
-        return (ignis.nn.gelu_backward(g, x, approximate=approximate),)
-    if approximate == "tanh":
-        x2 = x * x
-        t = ignis.tanh((x + x2 * x * 0.044715) * _SQRT_2_PI)
-        d = (t + 1.0) * 0.5 + x * (1.0 - t * t) * ((x2 * (3 * 0.044715) + 1.0) * (0.5 * _SQRT_2_PI))
-    else:  # x * Phi(x): Phi(x) + x * phi(x)
-        cdf = (ignis.erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
-        d = cdf + x * ignis.exp(x * x * -0.5) * _INV_SQRT_2PI
-    return (g * d,)
-
-
-@rule("silu")
-def _silu(g, need, x):
-    if _fused(g, x):
-        return (ignis.nn.silu_backward(g, x),)
-    s = ignis.sigmoid(x)
-    return (g * s * (x * (1.0 - s) + 1.0),)
 
 
 # --- reductions -------------------------------------------------------------------------------
@@ -536,3 +362,9 @@ def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h):
         g4, q, k, v, out, lse, causal=causal, scale=scale, dq=slots[0], dk=slots[1], dv=slots[2]
     )
     return (grad.reshape(b, n, 3 * dim),)
+
+
+# The element-wise ops' rules are declared with the ops, in ignis' op table.
+for _op in ELEMENTWISE.values():
+    if _op.grad is not None:
+        RULES[_op.name] = Rule(_op.grad, _op.fresh)

@@ -26,40 +26,20 @@ from ignis import DTypeError, NvArray, ShapeError
 from ._graph import HALF
 from ._rules import shape_of
 from .tensor import (
+    OP_FUNCTIONS,
     Tensor,
+    _tensor,
     _wants_grad,
-    add,
     apply,
     as_data,
-    divide,
     matmul,
-    maximum,
-    minimum,
-    multiply,
     needs_grad,
-    power,
-    subtract,
 )
 
+# The op table's element-wise functions (add, exp, maximum, ...) come first.
 __all__ = [
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
+    *OP_FUNCTIONS,
     "matmul",
-    "negative",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "gelu",
-    "silu",
     "where",
     "clip",
     "sum",
@@ -83,67 +63,12 @@ __all__ = [
     "dropout",
     "rope",
 ]
+globals().update(OP_FUNCTIONS)
 
 _F32 = ignis.float32
 
 
-def _tensor(x: Any, op: str) -> Tensor:
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, NvArray):
-        return Tensor(x)
-    raise TypeError(f"{op}: expected a Tensor or an NvArray, got {type(x).__name__}")
-
-
 # --- elementwise -------------------------------------------------------------------------------
-
-
-def negative(x: Any) -> Tensor:
-    """``-x``."""
-    return -_tensor(x, "negative")
-
-
-def abs(x: Any) -> Tensor:  # noqa: A001
-    """``|x|`` (gradient 0 at 0)."""
-    return _tensor(x, "abs").abs()
-
-
-def exp(x: Any) -> Tensor:
-    """``e ** x``."""
-    return _tensor(x, "exp").exp()
-
-
-def log(x: Any) -> Tensor:
-    """Natural logarithm."""
-    return _tensor(x, "log").log()
-
-
-def sqrt(x: Any) -> Tensor:
-    """Square root."""
-    return _tensor(x, "sqrt").sqrt()
-
-
-def tanh(x: Any) -> Tensor:
-    return _tensor(x, "tanh").tanh()
-
-
-def sigmoid(x: Any) -> Tensor:
-    return _tensor(x, "sigmoid").sigmoid()
-
-
-def relu(x: Any) -> Tensor:
-    """``max(x, 0)`` (gradient 0 at 0)."""
-    return _tensor(x, "relu").relu()
-
-
-def gelu(x: Any, approximate: str = "none") -> Tensor:
-    """GELU, exact (``"none"``) or the tanh approximation (``"tanh"``)."""
-    return _tensor(x, "gelu").gelu(approximate)
-
-
-def silu(x: Any) -> Tensor:
-    """``x * sigmoid(x)``."""
-    return _tensor(x, "silu").silu()
 
 
 def where(cond: Any, a: Any, b: Any) -> Tensor:

@@ -378,37 +378,9 @@ class Tensor:
 
     __hash__ = object.__hash__  # identity, so tensors can key dicts (== is elementwise)
 
-    # --- arithmetic ----------------------------------------------------------------------------
-
-    def __add__(self, other: Any) -> Tensor:
-        return add(self, other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return add(other, self)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return subtract(other, self)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return divide(other, self)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return power(self, other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return power(other, self)
+    # --- operators ---------------------------------------------------------------------------
+    # The element-wise operators and methods (``+``, ``x.exp()``, ``x.maximum(y)``, ...) come
+    # from ignis' op table (see _make_op_functions at the end of this module).
 
     def __matmul__(self, other: Any) -> Tensor:
         return matmul(self, other)
@@ -416,93 +388,22 @@ class Tensor:
     def __rmatmul__(self, other: Any) -> Tensor:
         return matmul(other, self)
 
-    def __neg__(self) -> Tensor:
-        return apply("neg", -self.data, (self,), ())
-
     def __pos__(self) -> Tensor:
         return self
 
-    def __abs__(self) -> Tensor:
-        return self.abs()
-
-    # comparisons give bool tensors outside any graph
-    def __eq__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _plain(self.data == as_data(other))
-
-    def __ne__(self, other: Any) -> Tensor:  # type: ignore[override]
-        return _plain(self.data != as_data(other))
-
-    def __lt__(self, other: Any) -> Tensor:
-        return _plain(self.data < as_data(other))
-
-    def __le__(self, other: Any) -> Tensor:
-        return _plain(self.data <= as_data(other))
-
-    def __gt__(self, other: Any) -> Tensor:
-        return _plain(self.data > as_data(other))
-
-    def __ge__(self, other: Any) -> Tensor:
-        return _plain(self.data >= as_data(other))
-
     # --- elementwise functions -----------------------------------------------------------------
-
-    def neg(self) -> Tensor:
-        return -self
-
-    def abs(self) -> Tensor:
-        return apply("abs", ignis.abs(self.data), (self,), (self.data,))
-
-    def exp(self) -> Tensor:
-        out = ignis.exp(self.data)
-        return apply("exp", out, (self,), (out,))
-
-    def log(self) -> Tensor:
-        return apply("log", ignis.log(self.data), (self,), (self.data,))
-
-    def sqrt(self) -> Tensor:
-        out = ignis.sqrt(self.data)
-        return apply("sqrt", out, (self,), (out,))
-
-    def tanh(self) -> Tensor:
-        out = ignis.tanh(self.data)
-        return apply("tanh", out, (self,), (out,))
-
-    def sigmoid(self) -> Tensor:
-        out = ignis.sigmoid(self.data)
-        return apply("sigmoid", out, (self,), (out,))
-
-    def relu(self) -> Tensor:
-        out = ignis.relu(self.data)
-        return apply("relu", out, (self,), (out,))
-
-    def gelu(self, approximate: str = "none") -> Tensor:
-        """GELU; ``approximate="tanh"`` for the tanh form (the original library's)."""
-        out = ignis.gelu(self.data, approximate=approximate)
-        return apply("gelu", out, (self,), (self.data, approximate))
-
-    def silu(self) -> Tensor:
-        return apply("silu", ignis.silu(self.data), (self,), (self.data,))
 
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
         """Values limited to ``[min, max]`` (either may be None; Tensor bounds get gradients)."""
         if isinstance(min, Tensor) or isinstance(max, Tensor):
             out = self
             if min is not None:
-                out = maximum(out, min)
+                out = OP_FUNCTIONS["maximum"](out, min)
             if max is not None:
-                out = minimum(out, max)
+                out = OP_FUNCTIONS["minimum"](out, max)
             return out
         lo, hi = as_data(min), as_data(max)
         return apply("clip", ignis.clip(self.data, lo, hi), (self,), (self.data, lo, hi))
-
-    def maximum(self, other: Any) -> Tensor:
-        return maximum(self, other)
-
-    def minimum(self, other: Any) -> Tensor:
-        return minimum(self, other)
-
-    def pow(self, exponent: Any) -> Tensor:
-        return power(self, exponent)
 
     # --- reductions ----------------------------------------------------------------------------
 
@@ -707,62 +608,8 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
 # --- binary functions (also the operators) -------------------------------------------------------
 
 
-def add(a: Any, b: Any) -> Tensor:
-    """``a + b`` with broadcasting; Tensors, NvArrays (constants) and scalars."""
-    da, db = as_data(a), as_data(b)
-    out = ignis.add(da, db)
-    return apply("add", out, (a, b), (shape_of(da), shape_of(db)))
-
-
-def subtract(a: Any, b: Any) -> Tensor:
-    """``a - b`` with broadcasting."""
-    da, db = as_data(a), as_data(b)
-    out = ignis.subtract(da, db)
-    return apply("sub", out, (a, b), (shape_of(da), shape_of(db)))
-
-
 def _wants_grad(x: Any) -> bool:
     return isinstance(x, Tensor) and x._requires_grad
-
-
-def multiply(a: Any, b: Any) -> Tensor:
-    """``a * b`` with broadcasting."""
-    da, db = as_data(a), as_data(b)
-    out = ignis.multiply(da, db)
-    # Keep an operand only for the other one's gradient (x * 0.5 keeps nothing of x).
-    ctx = (
-        da if _wants_grad(b) else None,
-        db if _wants_grad(a) else None,
-        shape_of(da),
-        shape_of(db),
-    )
-    return apply("mul", out, (a, b), ctx)
-
-
-def divide(a: Any, b: Any) -> Tensor:
-    """``a / b`` with broadcasting."""
-    da, db = as_data(a), as_data(b)
-    out = ignis.divide(da, db)
-    return apply("div", out, (a, b), (shape_of(da), db, out if _wants_grad(b) else None))
-
-
-def power(a: Any, b: Any) -> Tensor:
-    """``a ** b`` with broadcasting (either side may be a scalar)."""
-    da, db = as_data(a), as_data(b)
-    out = ignis.power(da, db)
-    return apply("pow", out, (a, b), (da, db, out))
-
-
-def maximum(a: Any, b: Any) -> Tensor:
-    """Elementwise maximum; at ties each side gets half the gradient."""
-    da, db = as_data(a), as_data(b)
-    return apply("maximum", ignis.maximum(da, db), (a, b), (da, db))
-
-
-def minimum(a: Any, b: Any) -> Tensor:
-    """Elementwise minimum; at ties each side gets half the gradient."""
-    da, db = as_data(a), as_data(b)
-    return apply("minimum", ignis.minimum(da, db), (a, b), (da, db))
 
 
 def matmul(a: Any, b: Any) -> Tensor:
@@ -771,3 +618,104 @@ def matmul(a: Any, b: Any) -> Tensor:
     out = ignis.matmul(da, db)
     ctx = (da if _wants_grad(b) else None, db if _wants_grad(a) else None, da.shape, db.shape)
     return apply("matmul", out, (a, b), ctx)
+
+
+# --- the op table's differentiable functions, Tensor methods and operators -----------------------
+
+# How each name of an op's ``saves`` is computed from the operands ``da``/``db`` (``dx``), the
+# result ``out`` and the Tensors ``a``/``b`` (see ignis' op table).
+_SAVED_EXPR = {
+    "x": "dx",
+    "a": "da",
+    "b": "db",
+    "out": "out",
+    "sa": "shape_of(da)",
+    "sb": "shape_of(db)",
+    "a_if_b": "(da if isinstance(b, Tensor) and b._requires_grad else None)",
+    "b_if_a": "(db if isinstance(a, Tensor) and a._requires_grad else None)",
+    "out_if_b": "(out if isinstance(b, Tensor) and b._requires_grad else None)",
+}
+
+
+def _tensor(x: Any, op: str) -> Tensor:
+    """``x`` as a Tensor (an NvArray becomes a constant one); errors name ``op``."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, NvArray):
+        return Tensor(x)
+    raise TypeError(f"{op}: expected a Tensor or an NvArray, got {type(x).__name__}")
+
+
+def _ctx(op: Any) -> str:
+    """The tuple expression of what ``op``'s rule receives."""
+    parts = [_SAVED_EXPR[s] for s in op.saves] + list(op.params)
+    return "(" + "".join(p + ", " for p in parts) + ")"
+
+
+_Source = tuple[str, list[str]]  # a generated function's signature and body
+
+
+def _op_sources(op: Any) -> tuple[_Source, dict[str, _Source]]:
+    """Signature and body of ``ignis_autograd.<name>`` for the table entry ``op``, and of its
+    Tensor methods and operators, by name."""
+    name = op.name
+    if op.arity == 1:
+        args = "".join(f", {p}={v!r}" for p, v in op.defaults.items())
+        call = "F(dx" + "".join(f", {p}" for p in op.params) + ")"
+        tail = [f"out = {call}", f"return apply({name!r}, out, (x,), {_ctx(op)})"]
+        function = (f"x{args}", [f"x = _tensor(x, {name!r})", "dx = x.data", *tail])
+        method = (f"x{args}", ["dx = x.data", *tail])
+        methods = {m: method for m in op.methods}
+        methods.update({d: ("x", ["dx = x.data", *tail]) for d in op.operators})
+        return function, methods
+    operands = [
+        "da = a.data if isinstance(a, Tensor) else a",
+        "db = b.data if isinstance(b, Tensor) else b",
+    ]
+    if op.grad is None:  # comparisons: bool results outside any graph
+        body = [*operands, "return _plain(F(da, db))"]
+    else:
+        body = [*operands, "out = F(da, db)", f"return apply({name!r}, out, (a, b), {_ctx(op)})"]
+    function = ("a, b", body)
+    methods = {m: function for m in op.methods}
+    for d in op.operators:
+        if d.startswith("__i"):
+            continue  # no in-place Tensor ops: ``t += 1`` rebinds t to ``t + 1``
+        if op.grad is None:  # the array's own operator: foreign operands give NotImplemented
+            methods[d] = ("a, b", [*operands, f"return _plain(NvArray.{d}(da, db))"])
+        else:
+            methods[d] = ("b, a" if d.startswith("__r") else "a, b", body)
+    return function, methods
+
+
+def _make_op_functions() -> dict[str, Any]:
+    """Add the Tensor methods and operators of every op of ignis' op table; returns the
+    functions ``ignis_autograd.<name>`` by name."""
+    from ignis._array._op_table import ELEMENTWISE
+    from ignis._codegen import build_function
+
+    functions = {}
+    for op in ELEMENTWISE.values():
+        (signature, body), methods = _op_sources(op)
+        names = {
+            "F": getattr(ignis, op.name),
+            "Tensor": Tensor,
+            "NvArray": NvArray,
+            "apply": apply,
+            "_plain": _plain,
+            "_tensor": _tensor,
+            "shape_of": shape_of,
+        }
+        filename = f"<ignis_autograd op {op.name}>"
+        fn = build_function(op.name, signature, body, names, filename)[1]
+        fn.__doc__, fn.__module__ = op.doc, "ignis_autograd"
+        functions[op.name] = fn
+        for mname, (signature, body) in methods.items():
+            method = build_function(mname, signature, body, names, filename)[1]
+            method.__doc__, method.__qualname__ = op.doc, f"Tensor.{mname}"
+            setattr(Tensor, mname, method)
+    return functions
+
+
+OP_FUNCTIONS = _make_op_functions()
+globals().update(OP_FUNCTIONS)

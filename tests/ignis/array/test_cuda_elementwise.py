@@ -21,16 +21,18 @@ import bisect
 import itertools
 import re
 import struct
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 from ignis._arg_packing import ArgPacker
-from ignis._array import _backend, _cpu_backend
+from ignis._array import _backend
 from ignis._array import _semantics as sem
 from ignis._array import random as ig_random
 from ignis._array._cuda_backend import _strided
 from ignis._array._cuda_backend import elementwise as ew
+from ignis._array._op_table import ELEMENTWISE
 from ignis._signature import parse_kernel_params
 
 import ignis
@@ -56,7 +58,11 @@ def _unary_names() -> list[str]:
     and the other variants (V = 1, 64-bit index) on a few."""
     names = []
     for op in sem.UNARY_OPS:
-        functors = list(ew._GELU_FUNCTOR.values()) if op == "gelu" else [ew._UNARY_FUNCTOR[op]]
+        functors = (
+            list(ew._CHOSEN_FUNCTOR[op][1].values())
+            if op in ew._CHOSEN_FUNCTOR
+            else [ew._UNARY_FUNCTOR[op]]
+        )
         for x in ALL_DTYPES:
             if sem.UNARY_OPS[op] == "numeric" and x is dt.bool_:
                 continue
@@ -582,20 +588,26 @@ def _decode_offsets(packed: bytes, narg: int, n: int, wide: bool) -> list[np.nda
     return offs
 
 
+def _op_of_functor(functor: str) -> tuple[Any, dict[str, str]]:
+    """The op table's entry computed by ``functor``, and the parameters that choose it."""
+    name = functor.rsplit("::", 1)[1]
+    for op in ELEMENTWISE.values():
+        if op.functor == name:
+            return op, {}
+        if not isinstance(op.functor, str):
+            for value, f in op.functor.items():
+                if f == name:
+                    return op, {next(iter(op.params)): value}
+    raise KeyError(functor)
+
+
 def _reference_unary(functor: str, v: np.ndarray) -> np.ndarray:
-    op = functor.rsplit("op_", 1)[1]
-    params = {}
-    if op.startswith("gelu_"):
-        params = {"approximate": "none" if op == "gelu_erf" else "tanh"}
-        op = "gelu"
-    return _cpu_backend._unary_fn(op, v, params)
+    op, params = _op_of_functor(functor)
+    return op.numpy(v, **params)
 
 
 def _reference_binary(functor: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    op = functor.rsplit("op_", 1)[1]
-    if op == "power":
-        return _cpu_backend._int_power(a, b) if a.dtype.kind in "iu" else np.power(a, b)
-    return _cpu_backend._BINARY[op](a, b)
+    return _op_of_functor(functor)[0].numpy(a, b)
 
 
 def _as(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -880,8 +892,7 @@ class EmulatedCudaBackend(_backend.Backend):
 @pytest.fixture
 def emu(monkeypatch):
     """Device name of the emulated cuda backend; the hooks' caches are private to the test."""
-    monkeypatch.setattr(ew, "_kernels", {})
-    monkeypatch.setattr(ew, "_grid_caps", {})
+    ignis.clear_caches()
     monkeypatch.setattr(
         ew, "library_kernel", lambda source, name, device: EmulatedKernel(source, name)
     )
@@ -891,6 +902,7 @@ def emu(monkeypatch):
     _backend.register_backend("cuda", EmulatedCudaBackend)
     yield "cuda:0"
     _backend.register_backend("cuda", None)
+    ignis.clear_caches()  # (the emulated kernels)
 
 
 def _rand(rng, shape, d: dt.DType, positive=False) -> np.ndarray:
@@ -947,7 +959,7 @@ UNARY_CALLS = {
     "erf": ignis.erf,
     "gelu": ignis.gelu,
     "gelu_tanh": lambda x: ignis.gelu(x, approximate="tanh"),
-    "neg": ignis.negative,
+    "negative": ignis.negative,
     "abs": ignis.abs,
 }
 

@@ -1189,7 +1189,7 @@ def test_cublas_plans_are_reused_only_for_the_same_layout(monkeypatch):
     monkeypatch.setattr(mm, "_cublas_enabled", True)
     monkeypatch.setattr(mm, "_force_family", None)
     monkeypatch.setattr(mm, "_allow_tf32", False)
-    monkeypatch.setattr(mm, "_blas_plans", {})
+    ignis.clear_caches()  # (the plans counted below start from none)
     monkeypatch.setattr(mm, "_lt_enabled", False)  # the host model stands in for cuBLAS only
     monkeypatch.setattr(mm, "activate", lambda device: None)  # no device behind the model
     backend = types.SimpleNamespace(data_ptr=cpu.data_ptr, copy=cpu.copy, gpu=None,
@@ -1246,7 +1246,7 @@ def test_cublaslt_plans_match_the_cublas_calls(dtype, monkeypatch):
 
     if not mm.cublas_available() or _cublaslt.load() is None:
         pytest.skip("cuBLASLt is not installed")
-    monkeypatch.setattr(mm, "_blas_plans", {})
+    ignis.clear_caches()  # (the plans looked at below are this test's)
     rng = np.random.default_rng(17)
     x, y = rand(rng, (3, 65, 33), dtype), rand(rng, (47, 33), dtype)
     a, b = dev(x, dtype), dev(y, dtype)
@@ -1258,8 +1258,8 @@ def test_cublaslt_plans_match_the_cublas_calls(dtype, monkeypatch):
                 ref, scale = reference(xs, y.T)
                 bound_check(got.to_host(), ref, scale, TOL[dtype], f"{what} lt={lt} {dtype}")
     planned = [p for k, p in mm._blas_plans.items() if k[-1]]  # keys end with _lt_enabled
-    assert planned and any(p[3] is not None for p in planned), "no product ran on cuBLASLt"
-    assert all(p[3] is None for k, p in mm._blas_plans.items() if not k[-1])
+    assert planned and any(p.lt_plan is not None for p in planned), "no product ran on cuBLASLt"
+    assert all(p.lt_plan is None for k, p in mm._blas_plans.items() if not k[-1])
 
 
 # --- the cuBLASLt plans and epilogues, checked against a host model of cuBLASLt -----------------
@@ -1338,8 +1338,9 @@ def host_lt(monkeypatch):
     monkeypatch.setattr(_cublas, "load", lambda: blas)
     monkeypatch.setattr(_cublaslt, "load", lambda: lt)
     for name, value in (("_cublas_enabled", True), ("_lt_enabled", True), ("_allow_tf32", False),
-                        ("_force_family", None), ("_blas_plans", {}), ("_epilogue_plans", {})):
+                        ("_force_family", None)):
         monkeypatch.setattr(mm, name, value)
+    ignis.clear_caches()  # (the plans below are the host model's)
     monkeypatch.setattr(mm, "activate", lambda device: None)
     backend = types.SimpleNamespace(data_ptr=cpu.data_ptr, copy=cpu.copy, gpu=None,
                                     stream=types.SimpleNamespace(ptr=0), alloc=None)

@@ -460,27 +460,35 @@ def _uses(name: str, kernel: str) -> bool:
 
 
 @pytest.fixture
-def small_thresholds(monkeypatch):
+def small_thresholds(tune):
     # Reach the block, split and cols-split paths on small inputs.
-    monkeypatch.setattr(reduction, "GROUP_MAX_N", 64)
-    monkeypatch.setattr(reduction, "GROUP_WIDE_MAX_N", 512)
-    monkeypatch.setattr(reduction, "GROUP_WIDE_MIN_ROWS", 16)
-    monkeypatch.setattr(reduction, "GROUP_PACK_MIN", 1)
-    monkeypatch.setattr(reduction, "MIN_CHUNK", 256)
-    monkeypatch.setattr(reduction, "TARGET_BLOCKS", 64)
-    monkeypatch.setattr(reduction, "SOFTMAX_WARP_MAX_N", 64)
-    monkeypatch.setattr(reduction, "STRIDED_MAX", 1 << 12)
+    tune(
+        reduction=dict(
+            group_max_n=64,
+            group_wide_max_n=512,
+            group_wide_min_rows=16,
+            group_pack_min=1,
+            min_chunk=256,
+            target_blocks=64,
+            strided_max=1 << 12,
+        ),
+        softmax=dict(warp_max_n=64),
+    )
     # PLAN_CASES' column cases exercise reduce_cols; WIDE_CASES reduce_cols_wide.
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 1 << 40)
+    tune(reduction=dict(cols_wide_min_bytes=1 << 40))
 
 
 @pytest.fixture
-def wide_thresholds(small_thresholds, monkeypatch):
+def wide_thresholds(small_thresholds, tune):
     # Reach reduce_cols_wide's strips, splits and tails on small inputs, on any device.
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 64)
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_ROWS", 8)
-    monkeypatch.setattr(reduction, "COLS_WIDE_UNIT_COST", 256)
-    monkeypatch.setattr(reduction, "_resident_blocks", lambda backend, name, block: 12)
+    tune(
+        reduction=dict(
+            cols_wide_min_bytes=64,
+            cols_wide_min_rows=8,
+            cols_wide_unit_cost=256,
+            cols_wide_resident=12,
+        )
+    )
 
 
 # Column reductions for reduce_cols_wide: (name, base shape, view, axes).
@@ -556,8 +564,8 @@ def test_narrow_and_arg_column_reductions_keep_reduce_cols(emu, host_backend, rn
     assert [split_name(n)[0] for n in emu.names] == ["reduce_cols"]  # 400 bytes: narrow
 
 
-def test_wide_columns_can_be_switched_off(emu, host_backend, monkeypatch, rng):
-    monkeypatch.setattr(reduction, "COLS_WIDE", False)
+def test_wide_columns_can_be_switched_off(emu, host_backend, tune, rng):
+    tune(reduction=dict(cols_wide=False))
     x = _cpu(random_array(rng, (50, 300), "bfloat16"))
     got = _planned_reduce(host_backend, "sum", x, 0)
     assert [split_name(n)[0] for n in emu.names] == ["reduce_cols"]
@@ -575,7 +583,7 @@ def test_wide_splits_model():
     assert ws(1, 1 << 20, 396, 1024, 4) > 100  # one strip of many rows: spread over the GPU
     for units, n in ((1, 5000), (7, 300000), (100, 4099), (64, 16384)):
         s = ws(units, n, 396, 1024, 4096)
-        assert 1 <= s <= max(1, n // reduction.COLS_WIDE_MIN_ROWS)
+        assert 1 <= s <= max(1, n // ignis.tuning().reduction.cols_wide_min_rows)
 
 
 def test_resident_blocks_without_a_device(host_backend):
@@ -609,9 +617,8 @@ def test_planned_arg_reductions(emu, host_backend, small_thresholds, dtype, rng)
             np.testing.assert_array_equal(out.to_host(), ref.to_host(), err_msg=f"{name} {op}")
 
 
-def test_planned_arg_reduction_ties_nan_and_split(emu, host_backend, monkeypatch):
-    monkeypatch.setattr(reduction, "GROUP_MAX_N", 16)
-    monkeypatch.setattr(reduction, "MIN_CHUNK", 32)
+def test_planned_arg_reduction_ties_nan_and_split(emu, host_backend, tune):
+    tune(reduction=dict(group_max_n=16, min_chunk=32))
     x = np.zeros(1000, np.float32)
     x[[100, 700]] = 5.0
     x[[300, 900]] = -5.0
@@ -650,11 +657,8 @@ SOFTMAX_CASES = [
 
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize("log", [False, True])
-def test_planned_softmax(emu, host_backend, small_thresholds, monkeypatch, dtype, log, rng):
-    monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 4)
-    monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES_NARROW", 2)
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_MIN_N", 200)
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_ITEMS", 1)
+def test_planned_softmax(emu, host_backend, small_thresholds, tune, dtype, log, rng):
+    tune(softmax=dict(max_values=4, max_values_narrow=2, packed_min_n=200, packed_items=1))
     for shape, view, axis, kernel in SOFTMAX_CASES:
         x = _cpu(random_array(rng, shape, dtype), view)
         o = sem.float_result(x.dtype)
@@ -728,8 +732,8 @@ def test_softmax_config():
     assert cfg(1000, 2, True, half=True)[0] == "warp"
 
 
-def test_softmax_packed_can_be_switched_off(monkeypatch):
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED", False)
+def test_softmax_packed_can_be_switched_off(tune):
+    tune(softmax=dict(packed=False))
     assert reduction.softmax_rows_config(32768, 2, True, half=True) == ("block", 8, 4, 1024)
 
 
@@ -749,10 +753,9 @@ def test_hooks_reject_unknown_ops(host_backend):
 # --- every kernel instance the planner asks for compiles ------------------------------------------
 
 
-def _planned_kernel_names(emu, backend, rng, monkeypatch) -> list[str]:
+def _planned_kernel_names(emu, backend, rng, tune) -> list[str]:
     """Every kernel name the planner launches over a sweep of ops x dtypes x layouts."""
-    monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 32)
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 64)
+    tune(softmax=dict(max_values=32), reduction=dict(cols_wide_min_bytes=64))
     layouts = [
         ((3, 100), (1,)),
         ((300,), None),
@@ -830,16 +833,16 @@ def _covering(names: list[str]) -> list[str]:
 
 
 @pytest.mark.exhaustive
-def test_planned_kernels_compile_for_sm90(emu, host_backend, small_thresholds, monkeypatch, rng):
+def test_planned_kernels_compile_for_sm90(emu, host_backend, small_thresholds, tune, rng):
     # A covering subset (the full set takes minutes): each kernel, type and op at least once.
-    _compile_all(_covering(_planned_kernel_names(emu, host_backend, rng, monkeypatch)))
+    _compile_all(_covering(_planned_kernel_names(emu, host_backend, rng, tune)))
 
 
 @pytest.mark.exhaustive
 def test_every_planned_kernel_compiles_for_sm90(
-    emu, host_backend, small_thresholds, monkeypatch, rng
+    emu, host_backend, small_thresholds, tune, rng
 ):
-    _compile_all(_planned_kernel_names(emu, host_backend, rng, monkeypatch))
+    _compile_all(_planned_kernel_names(emu, host_backend, rng, tune))
 
 
 def test_kernels_use_16_byte_accesses():
@@ -1248,11 +1251,8 @@ def test_gpu_every_path_on_small_inputs(small_thresholds, op, dtype, rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ALL)
-def test_gpu_arg_and_softmax_paths_on_small_inputs(small_thresholds, monkeypatch, dtype, rng):
-    monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES", 4)
-    monkeypatch.setattr(reduction, "SOFTMAX_MAX_VALUES_NARROW", 2)
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_MIN_N", 200)
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED_ITEMS", 1)
+def test_gpu_arg_and_softmax_paths_on_small_inputs(small_thresholds, tune, dtype, rng):
+    tune(softmax=dict(max_values=4, max_values_narrow=2, packed_min_n=200, packed_items=1))
     for name, shape, view, axis, _ in PLAN_CASES:
         if axis is not None and (not isinstance(axis, tuple) or len(axis) != 1):
             continue
@@ -1393,9 +1393,8 @@ def test_gpu_non_contiguous_column_reductions(dtype, case, rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("wide", [False, True], ids=["reduce_cols", "reduce_cols_wide"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32", "float64", "int8"])
-def test_gpu_both_column_kernels_match_numpy(monkeypatch, wide, dtype, rng):
-    monkeypatch.setattr(reduction, "COLS_WIDE", wide)
-    monkeypatch.setattr(reduction, "_recipes", {})  # launches remembered under the other setting
+def test_gpu_both_column_kernels_match_numpy(tune, wide, dtype, rng):
+    tune(reduction=dict(cols_wide=wide))  # (recipes are keyed on the settings)
     for shape in ((4099, 4100), (2, 16385), (31, 4096)):
         a, x = _make(dtype, shape, None, rng)
         for op in OPS:
@@ -1490,8 +1489,8 @@ def _check_softmax_relative(got, x, axis, log, dtype):
 @pytest.mark.parametrize("n", [1, 33, 4096, 16384, 32768, 40000])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float32"])
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
-def test_gpu_softmax_long_rows(monkeypatch, log, dtype, n, packed, rng):
-    monkeypatch.setattr(reduction, "SOFTMAX_PACKED", packed)
+def test_gpu_softmax_long_rows(tune, log, dtype, n, packed, rng):
+    tune(softmax=dict(packed=packed))
     a, x = _make(dtype, (5, n), None, rng)
     out = (ignis.log_softmax if log else ignis.softmax)(a, axis=-1)
     assert out.dtype == dtype and out.shape == (5, n)

@@ -36,7 +36,7 @@ UNARY_REF = {
     "gelu_tanh": lambda x: (
         0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
     ),
-    "neg": np.negative,
+    "negative": np.negative,
     "abs": np.abs,
 }
 UNARY_FN = {
@@ -53,7 +53,7 @@ UNARY_FN = {
     "erf": ignis.erf,
     "gelu": ignis.gelu,
     "gelu_tanh": lambda x: ignis.gelu(x, approximate="tanh"),
-    "neg": ignis.negative,
+    "negative": ignis.negative,
     "abs": ignis.abs,
 }
 POSITIVE = {"log", "sqrt", "rsqrt"}
@@ -82,7 +82,7 @@ def test_unary_every_dtype_on_a_transposed_view(device: str, op: str, dtype: str
     expected_dtype = sem.unary(sem_op, (), dt.as_dtype(dtype)).dtype
     assert out.dtype is expected_dtype and out.shape == x.shape
     with np.errstate(all="ignore"):
-        if op in ("exp", "log", "sqrt", "sin", "cos", "tanh", "neg", "abs") and dtype != "bfloat16":
+        if op in ("exp", "log", "sqrt", "sin", "cos", "tanh", "negative", "abs") and dtype != "bfloat16":
             assert out.dtype.numpy == UNARY_REF[op](x).dtype  # NumPy's own dtype choice
         ref = UNARY_REF[op](to64(x))
     if expected_dtype.kind == "f":
@@ -503,5 +503,5 @@ def test_binary_rule_errors() -> None:
         sem.binary("subtract", dt.bool_, dt.bool_)
     with pytest.raises(ignis.DTypeError, match="power"):
         sem.binary("power", dt.bool_, True)
-    with pytest.raises(ignis.DTypeError, match="neg: not supported for bool arrays"):
-        sem.unary("neg", (), dt.bool_)
+    with pytest.raises(ignis.DTypeError, match="negative: not supported for bool arrays"):
+        sem.unary("negative", (), dt.bool_)

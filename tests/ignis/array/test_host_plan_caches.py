@@ -48,7 +48,7 @@ class _PlanningBackend(CpuBackend):
 
 
 @pytest.fixture
-def planner(monkeypatch):
+def planner(monkeypatch, tune):
     em = Emulator()
     kernels: dict[str, _Kernel] = {}
 
@@ -56,13 +56,17 @@ def planner(monkeypatch):
         return kernels.setdefault(name, _Kernel(em, source, name))
 
     monkeypatch.setattr(reduction, "library_kernel", library_kernel)
-    monkeypatch.setattr(reduction, "_recipes", {})
+    ignis.clear_caches()  # recipes of emulated kernels: none before, none kept after
     # Reach split partials on small inputs (both column kernels and the block kernel).
-    monkeypatch.setattr(reduction, "MIN_CHUNK", 256)
-    monkeypatch.setattr(reduction, "TARGET_BLOCKS", 64)
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_BYTES", 64)
-    monkeypatch.setattr(reduction, "COLS_WIDE_MIN_ROWS", 8)
-    monkeypatch.setattr(reduction, "COLS_WIDE_UNIT_COST", 256)
+    tune(
+        reduction=dict(
+            min_chunk=256,
+            target_blocks=64,
+            cols_wide_min_bytes=64,
+            cols_wide_min_rows=8,
+            cols_wide_unit_cost=256,
+        ),
+    )
     planned = []
     plan = reduction._reduce_planned
 
@@ -73,7 +77,8 @@ def planner(monkeypatch):
     monkeypatch.setattr(reduction, "_reduce_planned", counting)
     backend = _PlanningBackend(as_device("cpu"))
     backend.em, backend.planned = em, planned
-    return backend
+    yield backend
+    ignis.clear_caches()
 
 
 def _reduce(backend, op: str, x: NvArray, axis, ddof=0) -> np.ndarray:
@@ -139,7 +144,7 @@ def test_var_recipe_keeps_ddof_apart(planner, rng):
     assert len(planner.planned) == 3
 
 
-def test_recipes_are_not_reused_across_strides_dtypes_or_knobs(planner, monkeypatch, rng):
+def test_recipes_are_not_reused_across_strides_dtypes_or_knobs(planner, tune, rng):
     host = random_array(rng, (400, 72), "float32")
     x = NvArray.from_host(host, device="cpu")
     _reduce(planner, "sum", x, 0)
@@ -154,7 +159,7 @@ def test_recipes_are_not_reused_across_strides_dtypes_or_knobs(planner, monkeypa
     _check(_reduce(planner, "sum", xb, 0), "sum", xb, 0)
     assert len(planner.planned) == 3
     # A tuning knob: the same call is planned again and follows the knob.
-    monkeypatch.setattr(reduction, "COLS_WIDE", False)
+    tune(reduction=dict(cols_wide=False))
     planner.em.names.clear()
     _check(_reduce(planner, "sum", x, 0), "sum", x, 0)
     assert len(planner.planned) == 4
@@ -170,9 +175,9 @@ def test_misaligned_input_is_planned_apart(planner, rng):
     assert len(planner.planned) == 2
 
 
-def test_copying_reductions_are_not_remembered(planner, monkeypatch, rng):
+def test_copying_reductions_are_not_remembered(planner, tune, rng):
     # Two reduced axes interleaved with kept ones and too large to read in place: a copy first.
-    monkeypatch.setattr(reduction, "STRIDED_MAX", 16)
+    tune(reduction=dict(strided_max=16))
     x = NvArray.from_host(random_array(rng, (4, 6, 5, 7), "float32"), device="cpu")
     for _ in range(2):
         _check(_reduce(planner, "sum", x, (0, 2)), "sum", x, (0, 2))
@@ -207,8 +212,9 @@ def test_recipe_refuses_addresses_that_coincide():
 def norm_emu(monkeypatch):
     em = NormEmulator()
     monkeypatch.setattr(norm_loss, "_launch", em)
-    monkeypatch.setattr(norm_loss, "_plans", {})
-    return em
+    ignis.clear_caches()  # plans of emulated launches: none before, none kept after
+    yield em
+    ignis.clear_caches()
 
 
 def _norm_run(xd, w, b, g):
@@ -235,17 +241,18 @@ def test_norm_plans_repeat_the_planned_results(norm_emu, dtype, rng):
         seed = int(rng.integers(1 << 30))
         want = _norm_run(*_norm_case(np.random.default_rng(seed), dtype, shape, misalign))
         with planned_cpu():
-            norm_loss._plans.clear()
+            ignis.clear_caches()
             first = _norm_run(*_norm_case(np.random.default_rng(seed), dtype, shape, misalign))
             again = _norm_run(*_norm_case(np.random.default_rng(seed), dtype, shape, misalign))
-        assert norm_loss._plans, "the plans were not remembered"
+        plans = ignis.cache_info()["cuda.norm_loss.plans"]
+        assert plans.entries and plans.hits, "the plans were not remembered"
         for k, (a, b, c) in enumerate(zip(want, first, again, strict=True)):
             tol = dict(rtol=2e-2, atol=2e-2) if dtype == "bfloat16" else dict(rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(to64(b), to64(a), err_msg=f"result {k}", **tol)
             np.testing.assert_array_equal(to64(c), to64(b), err_msg=f"result {k} repeated")
 
 
-def test_norm_plans_follow_alignment_and_knobs(norm_emu, monkeypatch, rng):
+def test_norm_plans_follow_alignment_and_knobs(norm_emu, tune, rng):
     def fwd_vec() -> str:
         names = [split_name(n)[1] for _, n in norm_emu.names if split_name(n)[0] == "norm_fwd"]
         return names[-1][2]
@@ -263,7 +270,7 @@ def test_norm_plans_follow_alignment_and_knobs(norm_emu, monkeypatch, rng):
         norm_emu.names.clear()
         ignis.nn.layer_norm(xd, w, b)
         warp = split_name(norm_emu.names[-1][1])[1][4]
-        monkeypatch.setattr(norm_loss, "WARP_MAX_N", 32)
+        tune(norm_loss=dict(warp_max_n=32))
         ignis.nn.layer_norm(xd, w, b)
         assert (warp, split_name(norm_emu.names[-1][1])[1][4]) == ("true", "false")
 

@@ -458,12 +458,12 @@ def test_gpu_take_and_index_add_match_cpu_for_every_dtype(rng: np.random.Generat
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows_in_flight_from", [0, 10**9])  # always 4 rows per thread / never
 def test_gpu_take_row_tiles_match_numpy(
-    monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator, rows_in_flight_from: int
+    tune, rng: np.random.Generator, rows_in_flight_from: int
 ) -> None:
     # Every dtype and vector width through both take kernels: one outer block and several
     # (the division path), tiles that the rows do not fill, rows longer than a block (the
     # column loop), out-of-range and negative indices of both index dtypes.
-    monkeypatch.setattr(cuda_indexing, "TAKE_MIN_BLOCKS_PER_SM", rows_in_flight_from)
+    tune(indexing=dict(take_min_blocks_per_sm=rows_in_flight_from))
     cases = [((50, 8), 0, 37), ((3, 50, 8), 1, 29), ((7, 40, 1), 1, 13), ((40, 1100), 0, 9)]
     for dtype in ALL:
         for shape, axis, m in cases:
@@ -489,7 +489,6 @@ def test_gpu_take_row_tiles_match_numpy(
 def fake(monkeypatch: pytest.MonkeyPatch):
     g = fake_gpu.install(monkeypatch)
     monkeypatch.setattr(cuda_indexing, "library_kernel", fake_gpu._library_kernel)
-    monkeypatch.setattr(cuda_indexing, "_grid_caps", {})
     yield g
     fake_gpu.uninstall()
 

@@ -236,7 +236,6 @@ def test_every_kernel_instance_compiles_for_sm90() -> None:
 def fake(monkeypatch: pytest.MonkeyPatch):
     g = fake_gpu.install(monkeypatch)
     monkeypatch.setattr(cuda_activation, "library_kernel", fake_gpu._library_kernel)
-    monkeypatch.setattr(cuda_activation, "_grid_caps", {})
     yield g
     fake_gpu.uninstall()
 

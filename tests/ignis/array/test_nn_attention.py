@@ -613,13 +613,12 @@ def test_padded_head_dims():
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("e", [64, 128])
 @pytest.mark.parametrize("path", ["default", "fallback"])
-def test_long_sequences_on_gpu_match_torch(dtype, causal, e, path, monkeypatch):
+def test_long_sequences_on_gpu_match_torch(dtype, causal, e, path, tune):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs torch with CUDA")
     if path == "fallback":  # the 16-rows-per-warp forward and the two-pass backward
-        monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", 16)
-        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
+        tune(attention=dict(fwd_rows_per_warp=16, bwd_fused_dq=False))
     rng = np.random.default_rng(e)
     shape = (2, 4, 1031, e)
     tdt = getattr(torch, dtype)
@@ -643,13 +642,11 @@ def test_long_sequences_on_gpu_match_torch(dtype, causal, e, path, monkeypatch):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("e", [64, 80, 128])
 @pytest.mark.parametrize("path", ["default", "fallback"])
-def test_every_kernel_family_on_packed_views_on_gpu(dtype, causal, e, path, monkeypatch):
+def test_every_kernel_family_on_packed_views_on_gpu(dtype, causal, e, path, tune):
     # "fallback": the 16-rows-per-warp forward and the two-pass backward (16-bit), the first
     # scalar kernels (32-bit, 64-bit). Several tiles per block, partial last tiles.
     if path == "fallback":
-        monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", 16)
-        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
-        monkeypatch.setattr(cuda_attention, "SIMT_TILED", False)
+        tune(attention=dict(fwd_rows_per_warp=16, bwd_fused_dq=False, simt_tiled=False))
     b, h, n = 2, 3, 257
     rng = np.random.default_rng(e + 7 * causal)
     packed, qkv = _packed(rng, b, n, h, e, dtype, "cuda:0")
@@ -716,13 +713,12 @@ def _i32(b):
         ("float64", "simt", 32),
     ],
 )
-def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypatch):
+def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, tune):
     import struct
 
     # The earlier scalar float32/float64 kernels; the tiled ones have test_nn_attention_simt.py.
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", False)
-    monkeypatch.setattr(cuda_attention, "FWD_ROWS_PER_WARP", rows_per_warp)
-    monkeypatch.setattr(cuda_attention, "BWD_TILES", "k64q32w4")  # (the other tiles: below)
+    # The 16-bit backward on the k64q32w4 tiles (the other tiles: below).
+    tune(attention=dict(simt_tiled=False, fwd_rows_per_warp=rows_per_warp, bwd_tiles="k64q32w4"))
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
     fake.launches.clear()
@@ -768,7 +764,7 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
             (2 * 64 + 4 * 32) * (96 + 8) * 2 + 32 * 72 * 2 + 4 * 32 * 4,
         ) in fake.optin
         fake.launches.clear()
-        monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", False)
+        tune(attention=dict(bwd_fused_dq=False))
         dq, dk, dv = ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5)
         names = [n.split("<")[0] for n, *_ in fake.launches]
     bwd = kind[:2] if kind.startswith("tc") else kind
@@ -800,21 +796,20 @@ def test_launches_over_a_fake_driver(fake, dtype, kind, rows_per_warp, monkeypat
         ("k128q32w8", 80, 96, "128, 32, 0, false, false"),
         ("k128q64w8-kv-red2", 50, 64, "128, 64, 0, true, true"),
         ("k128q32w8-b2-red2", 64, 64, "128, 32, 2, false, true"),  # (2 at head dims <= 64)
-        # the default, "auto": BWD_TILES_AUTO by padded head dim
+        # the default, "auto": the bwd_tiles_auto setting by padded head dim
         ("auto", 64, 64, "128, 32, 2, false, true"),
         ("auto", 80, 96, "128, 64, 0, true, true"),
         ("auto", 128, 128, "128, 64, 0, true, true"),
     ],
 )
 def test_backward_tile_variants_launch_over_a_fake_driver(
-    fake, fused, variant, e, d, tiles, monkeypatch
+    fake, fused, variant, e, d, tiles, tune
 ):
     # 8 warps (256 threads) per block of 128 keys; shared memory, written out: K and V tiles
     # (128 x (D + 8)); Q and dO tiles (32 or 64 x (D + 8)) and the float32 lse and D rows, two
     # buffers each; the fused pass's dS tile (32 or 64 x 136).
-    monkeypatch.setattr(cuda_attention, "BWD_TILES", variant)
-    monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", fused)
-    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)  # (the stand-in is an H200)
+    # (bwd_wgmma off: the stand-in is an H200)
+    tune(attention=dict(bwd_tiles=variant, bwd_fused_dq=fused, bwd_wgmma=False))
     b, h, n_q, n_k = 2, 3, 100, 300
     q = ignis.empty((b, h, n_q, e), dtype="bfloat16", device="cuda:0")
     k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")
@@ -835,30 +830,33 @@ def test_backward_tile_variants_launch_over_a_fake_driver(
         assert grid == (2, b * h, 1) and block == (128, 1, 1)
 
 
-def test_an_unknown_tile_variant_is_named(fake, monkeypatch):
-    monkeypatch.setattr(cuda_attention, "BWD_TILES", "k256q32w16")
-    q = ignis.empty((1, 1, 10, 64), dtype="float16", device="cuda:0")
-    lse = ignis.empty((1, 1, 10), dtype="float32", device="cuda:0")
+def test_an_unknown_tile_variant_is_named(fake, tune):
+    # Refused when it is set, naming the setting and the variants ...
     with pytest.raises(
         ValueError,
-        match="attention: BWD_TILES is 'k256q32w16'; expected 'auto' or one of "
+        match="attention.bwd_tiles is 'k256q32w16'; expected 'auto' or one of "
         "k64q32w4, k128q32w8, k128q64w8",
     ):
-        ignis.nn.attention_backward(q, q, q, q, q, lse)
-    with pytest.raises(ValueError, match="BWD_TILES is 'k256q32w16'"):
-        cuda_attention.kernel_names("bfloat16", 64, False)
-    # float32 / float64 have no tile variants: the switch is not read
+        tune(attention=dict(bwd_tiles="k256q32w16"))
+    # ... and when it is asked for by name
+    with pytest.raises(ValueError, match="attention: bwd_tiles is 'k256q32w16'"):
+        cuda_attention.kernel_names("bfloat16", 64, False, "k256q32w16")
+    with pytest.raises(ValueError, match="attention: bwd_tiles is 'k256q32w16'"):
+        cuda_attention.bwd_tiles("k256q32w16", 64)
+    # float32 / float64 have no tile variants: the setting is not read
+    tune(attention=dict(bwd_tiles="k64q32w4"))
     x = ignis.empty((1, 1, 10, 64), dtype="float32", device="cuda:0")
+    lse = ignis.empty((1, 1, 10), dtype="float32", device="cuda:0")
     ignis.nn.attention_backward(x, x, x, x, x, lse)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_strided_views_reach_the_kernels_in_place(fake, dtype, fused, monkeypatch):
-    monkeypatch.setattr(cuda_attention, "BWD_FUSED_DQ", fused)
+def test_strided_views_reach_the_kernels_in_place(fake, dtype, fused, tune):
+    tune(attention=dict(bwd_fused_dq=fused))
     # The forward kernels that take pointers (the stand-in H200's own forward takes tensor maps
     # of the same views: test_nn_attention_sm90.py)
-    monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
+    tune(attention=dict(fwd_wgmma=False))
     b, n, h, e = 2, 100, 3, 64
     item = 2 if dtype == "bfloat16" else 4
     qkv = ignis.empty((b, n, 3, h, e), dtype=dtype, device="cuda:0")

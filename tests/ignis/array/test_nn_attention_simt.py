@@ -1,9 +1,9 @@
 """The scalar (float32 / float64) attention kernels: the register-tiled ones
 (``flash_*_simt_tiled``, with the two-pass and the fused backward) and the first ones
 (``flash_*_simt``), against a NumPy float64 reference. On the GPU every case runs both families
-(``SIMT_TILED`` True and False) and the tiled backward both ways (``SIMT_FUSED_DQ`` True and
-False); without a GPU the tiled kernels run on the host emulator of ``test_nn_attention`` and
-compile for sm_90."""
+(the ``attention`` settings' ``simt_tiled`` True and False) and the tiled backward both ways
+(``simt_fused_dq`` True and False); without a GPU the tiled kernels run on the host emulator of
+``test_nn_attention`` and compile for sm_90."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def test_tiled_head_dims():
 
 
 @pytest.mark.parametrize("tiled", [True, False])
-def test_switch_selects_the_family(tiled, monkeypatch):
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", tiled)
+def test_switch_selects_the_family(tiled, tune):
+    tune(attention=dict(simt_tiled=tiled))
     names = cuda_attention.kernel_names("float32", 100, True)
     chosen = {k: names[k].split("<")[0] for k in ("fwd", "dkdv", "dq")}
     other = {k: names[k + "_alt"].split("<")[0] for k in ("fwd", "dkdv", "dq")}
@@ -88,9 +88,9 @@ def test_switch_selects_the_family(tiled, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fused_backward_names(dtype, monkeypatch):
+def test_fused_backward_names(dtype, tune):
     t = {"float32": "float", "float64": "double"}[dtype]
-    a, b, st, minb = cuda_attention.SIMT_TILES[(dtype, 64)]["fused"]
+    a, b, st, minb = ignis.tuning().attention.simt_tiles[(dtype, 64)]["fused"]
     tiled = cuda_attention.tiled_kernel_names(dtype, 33, True)
     assert tiled["fused"] == (
         f"ignis::attn::flash_bwd_fused_simt_tiled<{t}, 64, true, {a}, {b}, {st}, {minb}>"
@@ -98,7 +98,7 @@ def test_fused_backward_names(dtype, monkeypatch):
     # the sums are kept in the dtype itself: float64 gradients are summed in float64
     assert tiled["dq_finish"] == f"ignis::attn::attn_dq_finish<{t}, {t}>"
     for switch in (True, False):  # offered whichever scalar family SIMT_TILED selects
-        monkeypatch.setattr(cuda_attention, "SIMT_TILED", switch)
+        tune(attention=dict(simt_tiled=switch))
         names = cuda_attention.kernel_names(dtype, 33, True)
         assert (names["bwd_fused"], names["dq_finish"]) == (tiled["fused"], tiled["dq_finish"])
     # the 16-bit fused backward keeps its float32 sums (the default accumulator type)
@@ -109,11 +109,11 @@ def test_fused_backward_names(dtype, monkeypatch):
 
 def test_fused_shared_memory_adds_the_ds_tile():
     # float32, head dim 64, fused: the dK/dV kernel's tiles plus dS (32 queries x 68)
-    a, b, st, _ = cuda_attention.SIMT_TILES[("float32", 64)]["fused"]
+    a, b, st, _ = ignis.tuning().attention.simt_tiles[("float32", 64)]["fused"]
     assert (a, b) == (64, 32)
     dkdv = (2 * 64 * 68 + 2 * st * 32 * 68 + 2 * 64 * 36 + 2 * st * 32) * 4
     assert cuda_attention.tiled_smem("float32", 64, "fused") == dkdv + 32 * 68 * 4
-    if cuda_attention.SIMT_TILES[("float32", 64)]["dkdv"] == (a, b, st, 2):
+    if ignis.tuning().attention.simt_tiles[("float32", 64)]["dkdv"] == (a, b, st, 2):
         assert cuda_attention.tiled_smem("float32", 64, "dkdv") == dkdv
 
 
@@ -121,7 +121,8 @@ def test_fused_shared_memory_adds_the_ds_tile():
 def test_tiled_shared_memory_fits_sm80_and_sm90(dtype):
     # sm_80 lets a block opt in to 163 KiB, sm_90 to 227 KiB; with MINB = 2, two blocks must fit.
     for d in (64, 128):
-        for kind, (rows, step, stages, minb) in cuda_attention.SIMT_TILES[(dtype, d)].items():
+        tiles = ignis.tuning().attention.simt_tiles[(dtype, d)]
+        for kind, (rows, step, stages, minb) in tiles.items():
             smem = cuda_attention.tiled_smem(dtype, d, kind)
             assert smem <= 163 * 1024, (dtype, d, kind, smem)
             assert minb * (smem + 1024) <= 228 * 1024, (dtype, d, kind, smem)
@@ -154,15 +155,14 @@ def test_tiled_kernel_parameters_have_known_types(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_tiled_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F811
+def test_tiled_launches_over_a_fake_driver(fake, dtype, tune):  # noqa: F811
     import struct
 
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
-    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", False)
+    tune(attention=dict(simt_tiled=True, simt_fused_dq=False))
     q = ignis.empty((2, 3, 100, 80), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 70, 80), dtype=dtype, device="cuda:0")
     t = {"float32": "float", "float64": "double"}[dtype]
-    tiles = cuda_attention.SIMT_TILES[(dtype, 128)]
+    tiles = ignis.tuning().attention.simt_tiles[(dtype, 128)]
     fake.launches.clear()
     out, lse = ignis.nn.attention(q, k, k, causal=True, scale=0.5)
     ((name, grid, block, _, args),) = fake.launches
@@ -191,11 +191,10 @@ def test_tiled_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fused_backward_launches_over_a_fake_driver(fake, dtype, monkeypatch):  # noqa: F811
+def test_fused_backward_launches_over_a_fake_driver(fake, dtype, tune):  # noqa: F811
     import struct
 
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
-    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", True)
+    tune(attention=dict(simt_tiled=True, simt_fused_dq=True))
     b, h, n_q, n_k, e = 2, 3, 100, 70, 80
     t = {"float32": "float", "float64": "double"}[dtype]
     item, fmt = (8, "<d") if dtype == "float64" else (4, "<f")
@@ -212,7 +211,7 @@ def test_fused_backward_launches_over_a_fake_driver(fake, dtype, monkeypatch):  
     fake.calls.clear()
     ignis.nn.attention_backward(out, q, k, k, out, lse, causal=True, scale=0.5, dq=dq, dk=dk, dv=dv)
     names = [n for n, *_ in fake.launches]
-    a, bn, st, minb = cuda_attention.SIMT_TILES[(dtype, 128)]["fused"]
+    a, bn, st, minb = ignis.tuning().attention.simt_tiles[(dtype, 128)]["fused"]
     fused_name = f"ignis::attn::flash_bwd_fused_simt_tiled<{t}, 128, true, {a}, {bn}, {st}, {minb}>"
     assert names[0].startswith("ignis::attn::attn_row_dot<")
     assert names[1:] == [fused_name, f"ignis::attn::attn_dq_finish<{t}, {t}>"]
@@ -389,7 +388,7 @@ def _build_tiled(emulator, dtype, dim, causal):
     ctype = {"float32": "float", "float64": "double"}[dtype]
     tiles = {}
     for kind, prefix in (("fwd", "FWD"), ("dkdv", "KV"), ("dq", "DQ"), ("fused", "FU")):
-        a, b, st, _ = cuda_attention.SIMT_TILES[(dtype, dim)][kind]
+        a, b, st, _ = ignis.tuning().attention.simt_tiles[(dtype, dim)][kind]
         tiles.update({f"{prefix}_A": a, f"{prefix}_B": b, f"{prefix}_ST": st})
     return emulator.build(
         f"tiled_{dtype}_{dim}_{causal}", EMU_T=ctype, EMU_D=dim, EMU_CAUSAL=causal, **tiles
@@ -492,8 +491,8 @@ _REFERENCES: dict = {}
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("e", HEAD_DIMS)
 @pytest.mark.parametrize("seqs", GPU_SEQS, ids=lambda s: f"L{s[0]}-S{s[1]}")
-def test_scalar_kernels_on_gpu(tiled, dtype, causal, e, seqs, monkeypatch):
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", tiled)
+def test_scalar_kernels_on_gpu(tiled, dtype, causal, e, seqs, tune):
+    tune(attention=dict(simt_tiled=tiled))
     n_q, n_k = seqs
     b, h = 2, 3
     rng = np.random.default_rng(hash((seqs, e, causal)) % 2**32)
@@ -517,10 +516,10 @@ def test_scalar_kernels_on_gpu(tiled, dtype, causal, e, seqs, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiled", [True, False], ids=["tiled", "first"])
 @pytest.mark.parametrize("e", [64, 128])
-def test_scalar_kernels_non_contiguous_and_unaligned_on_gpu(tiled, e, monkeypatch):
+def test_scalar_kernels_non_contiguous_and_unaligned_on_gpu(tiled, e, tune):
     # Transposed views (copied by the front end) and a base 4 bytes past a 16-byte boundary
     # (the tiled kernels then copy element by element).
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", tiled)
+    tune(attention=dict(simt_tiled=tiled))
     rng = np.random.default_rng(e)
     # (B, L, H, E) storage viewed as (B, H, L, E)
     base = ignis.asarray(rng.standard_normal((1, 150, 2, e)), dtype="float32", device="cuda:0")
@@ -545,8 +544,8 @@ def test_scalar_kernels_non_contiguous_and_unaligned_on_gpu(tiled, e, monkeypatc
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tiled", [True, False], ids=["tiled", "first"])
-def test_scalar_kernels_nan_inf_and_empty_on_gpu(tiled, monkeypatch):
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", tiled)
+def test_scalar_kernels_nan_inf_and_empty_on_gpu(tiled, tune):
+    tune(attention=dict(simt_tiled=tiled))
     rng = np.random.default_rng(7)
     qh = rng.standard_normal((1, 2, 70, 64))
     qh[0, 0, 5, 3] = np.nan
@@ -672,12 +671,12 @@ def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monk
     report = ptxas_report({n for fused, dkdv, _ in pairs for n in (fused, dkdv)})
     assert len(report) == 2 * len(pairs), report
     for fused, dkdv, e in pairs:
-        minb = cuda_attention.SIMT_TILES[(dtype, e)]["fused"][3]
+        minb = ignis.tuning().attention.simt_tiles[(dtype, e)]["fused"][3]
         regs, spills = report[fused]
         assert regs <= min(255, 65536 // (256 * minb)), (fused, report[fused])
         if (
-            cuda_attention.SIMT_TILES[(dtype, e)]["fused"]
-            == cuda_attention.SIMT_TILES[(dtype, e)]["dkdv"]
+            ignis.tuning().attention.simt_tiles[(dtype, e)]["fused"]
+            == ignis.tuning().attention.simt_tiles[(dtype, e)]["dkdv"]
         ):
             assert spills <= report[dkdv][1], (fused, report[fused], dkdv, report[dkdv])
 
@@ -685,15 +684,14 @@ def test_fused_backward_registers_within_its_launch_bounds(dtype, tmp_path, monk
 # --- the fused and the two-pass backward on the GPU -----------------------------------------------
 
 
-def _only_path(monkeypatch, fused):
+def _only_path(monkeypatch, tune, fused):
     """Select the tiled backward ``fused`` (or the two passes) and make the other one fail, so
     that a switch that is not honoured cannot pass unnoticed."""
 
     def not_this_one(*args, **kwargs):
-        raise AssertionError("the backward ran the path SIMT_FUSED_DQ did not select")
+        raise AssertionError("the backward ran the path simt_fused_dq did not select")
 
-    monkeypatch.setattr(cuda_attention, "SIMT_TILED", True)
-    monkeypatch.setattr(cuda_attention, "SIMT_FUSED_DQ", fused)
+    tune(attention=dict(simt_tiled=True, simt_fused_dq=fused))
     other = "_backward_tiled" if fused else "_backward_tiled_fused"
     monkeypatch.setattr(cuda_attention, other, not_this_one)
 
@@ -704,11 +702,11 @@ def _only_path(monkeypatch, fused):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n", [1, 31, 33, 100, 257])
 @pytest.mark.parametrize("e", [32, 64, 96, 128])
-def test_tiled_backward_on_packed_views_on_gpu(fused, dtype, causal, n, e, monkeypatch):
+def test_tiled_backward_on_packed_views_on_gpu(fused, dtype, causal, n, e, monkeypatch, tune):
     # packed_attention's layouts: q, k, v and dq, dk, dv are slots of (B, T, 3, H, E) arrays
     # (dq written by the finish launch through its strides), grad_out a (B, T, H, E) buffer;
     # the spare slot next to the gradients keeps its values.
-    _only_path(monkeypatch, fused)
+    _only_path(monkeypatch, tune, fused)
     b, h = 2, 3
     rng = np.random.default_rng(n * 1000 + e + causal)
     packed, qkv = _packed(rng, b, n, h, e, dtype, "cuda:0")
@@ -740,10 +738,10 @@ def test_tiled_backward_on_packed_views_on_gpu(fused, dtype, causal, n, e, monke
     [(33, 100), (100, 31), (1, 257), (257, 1), (65, 200), (200, 7)],
     ids=lambda s: f"L{s[0]}-S{s[1]}",
 )
-def test_tiled_backward_with_l_not_s_on_gpu(fused, dtype, causal, e, seqs, monkeypatch):
+def test_tiled_backward_with_l_not_s_on_gpu(fused, dtype, causal, e, seqs, monkeypatch, tune):
     # L != S both ways (causal queries without keys when L > S), head dims that are not a
     # multiple of 4 (scalar atomics) or of 16 bytes (element copies).
-    _only_path(monkeypatch, fused)
+    _only_path(monkeypatch, tune, fused)
     n_q, n_k = seqs
     b, h = 2, 2
     rng = np.random.default_rng(n_q * 1000 + n_k + e)
@@ -759,7 +757,7 @@ def test_tiled_backward_with_l_not_s_on_gpu(fused, dtype, causal, e, seqs, monke
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_fused_backward_at_a_training_shape_on_gpu(dtype, monkeypatch):
+def test_fused_backward_at_a_training_shape_on_gpu(dtype, monkeypatch, tune):
     # A GPT step's shape (T = 256, E = 64, causal, on fewer heads): many key blocks add into
     # every dQ row. Both paths against the reference, and two fused runs agree to rounding
     # (the order of the atomics may differ between them).
@@ -773,7 +771,7 @@ def test_fused_backward_at_a_training_shape_on_gpu(dtype, monkeypatch):
     results = {}
     for fused in (True, False, True):
         with monkeypatch.context() as m:
-            _only_path(m, fused)
+            _only_path(m, tune, fused)
             got = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)
         got = [np.asarray(x.to_host(), np.float64) for x in got]
         for name, x, want in zip(("dq", "dk", "dv"), got, grads, strict=True):
@@ -783,7 +781,7 @@ def test_fused_backward_at_a_training_shape_on_gpu(dtype, monkeypatch):
                 assert_close(x, y, dtype, f"{name} (a second fused run)")
         results[fused] = got
     # With the same tiles, dK and dV come from the same arithmetic in both paths.
-    tiles = cuda_attention.SIMT_TILES[(dtype, 64)]
+    tiles = ignis.tuning().attention.simt_tiles[(dtype, 64)]
     if tiles["fused"] == tiles["dkdv"]:
         for name, x, y in zip(("dk", "dv"), results[True][1:], results[False][1:], strict=True):
             assert np.array_equal(x, y), f"{name}: the fused pass and the dK/dV pass differ"

@@ -57,7 +57,7 @@ def tensor_map_calls(fake):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("e,d", [(64, 64), (40, 64), (128, 128), (120, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, monkeypatch):  # noqa: F811
+def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, tune):  # noqa: F811
     q = ignis.empty((2, 3, 300, e), dtype=dtype, device="cuda:0")
     k = ignis.empty((2, 3, 200, e), dtype=dtype, device="cuda:0")
     v = ignis.empty((2, 3, 200, e), dtype=dtype, device="cuda:0")
@@ -92,7 +92,7 @@ def test_hopper_forward_launch_over_a_fake_driver(fake, dtype, e, d, causal, mon
     assert all(len(a) == 128 for a in args[:3])
     assert struct.unpack("<f", args[8])[0] == pytest.approx(0.25 * 1.4426950408889634)
     # The other arguments are the mma.sync forward's, without the 16-byte copy flag.
-    monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
+    tune(attention=dict(fwd_wgmma=False))
     fake.launches.clear()
     ignis.nn.attention(q, k, v, causal=causal, scale=0.25, out=out)
     ((other, _, _, _, other_args),) = fake.launches
@@ -156,7 +156,7 @@ def test_forward_without_tensor_maps_takes_the_mma_sync_kernel(fake):  # noqa: F
 
 @pytest.mark.parametrize("e,d", [(64, 64), (128, 128), (120, 128)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypatch):  # noqa: F811
+def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, tune):  # noqa: F811
     b, h, n_q, n_k = 2, 3, 100, 300
     q = ignis.empty((b, h, n_q, e), dtype="bfloat16", device="cuda:0")
     k = ignis.empty((b, h, n_k, e), dtype="bfloat16", device="cuda:0")
@@ -195,7 +195,7 @@ def test_hopper_backward_launch_over_a_fake_driver(fake, e, d, causal, monkeypat
     assert all(len(a) == 128 for a in args[:4])
     # The other arguments are the mma.sync fused backward's without the 16-byte copy flag (the
     # scratch D rows and dQ sums, and dk and dv, are new each call).
-    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)
+    tune(attention=dict(bwd_wgmma=False))
     fake.launches.clear()
     ignis.nn.attention_backward(q, q, k, k, q, lse, causal=causal, scale=0.5)
     ((other_args),) = [a for n, _, _, _, a in fake.launches if "flash_bwd_fused_tc" in n]
@@ -242,17 +242,17 @@ def all_wgmma_names() -> list[str]:
     forwards = [
         cuda_attention.wgmma_fwd_name(dtype, d, causal, tiles)
         for dtype in CTYPE
-        for d in cuda_attention.WGMMA_TILES
+        for d in ignis.tuning().attention.wgmma_tiles
         for causal in (False, True)
         for tiles in {
-            cuda_attention.wgmma_fwd_tiles(d, causal, 2**31),  # long: WGMMA_TILES
+            cuda_attention.wgmma_fwd_tiles(d, causal, 2**31),  # long: the wgmma_tiles setting
             cuda_attention.wgmma_fwd_tiles(d, causal, 1),  # short
         }
     ]
     return forwards + [
         cuda_attention.kernel_names(dtype, d, causal)["bwd_fused_wgmma"]
         for dtype in CTYPE
-        for d in cuda_attention.WGMMA_TILES
+        for d in ignis.tuning().attention.wgmma_tiles
         for causal in (False, True)
     ]
 
@@ -354,7 +354,7 @@ HOPPER_SHAPES = [  # (B, H, L, S, E): partial tiles, L != S, a block with no vis
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_hopper_forward_matches_reference(dtype, causal, shape, launched, monkeypatch):
+def test_hopper_forward_matches_reference(dtype, causal, shape, launched, tune):
     _needs_hopper()
     b, h, n_q, n_k, e = shape
     rng = np.random.default_rng(n_q * 1000 + n_k + e)
@@ -370,7 +370,7 @@ def test_hopper_forward_matches_reference(dtype, causal, shape, launched, monkey
     assert_close(host(out), want_out, dtype, "out")
     assert_close(host(lse), want_lse, "float32", "lse")
     # The mma.sync forward agrees up to float32 summation order and one rounding.
-    monkeypatch.setattr(cuda_attention, "FWD_WGMMA", False)
+    tune(attention=dict(fwd_wgmma=False))
     out2, lse2 = ignis.nn.attention(q, k, v, causal=causal)
     assert launched[-1].startswith("ignis::attn::flash_fwd_tc_m32<")
     assert_close(host(out2), host(out), dtype, "out of the two forwards")
@@ -381,7 +381,7 @@ def test_hopper_forward_matches_reference(dtype, causal, shape, launched, monkey
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", HOPPER_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_hopper_backward_matches_reference(dtype, causal, shape, launched, monkeypatch):
+def test_hopper_backward_matches_reference(dtype, causal, shape, launched, tune):
     _needs_hopper()
     b, h, n_q, n_k, e = shape
     rng = np.random.default_rng(n_q * 1000 + n_k + e + 1)
@@ -398,7 +398,7 @@ def test_hopper_backward_matches_reference(dtype, causal, shape, launched, monke
     for name, got, ref in zip(("dq", "dk", "dv"), grads, want, strict=True):
         assert_close(host(got), ref, dtype, name)
     # The mma.sync backward agrees up to the order of dQ's float32 atomics and one rounding.
-    monkeypatch.setattr(cuda_attention, "BWD_WGMMA", False)
+    tune(attention=dict(bwd_wgmma=False))
     other = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=causal)
     assert launched[-2].startswith("ignis::attn::flash_bwd_fused_tc<")
     for name, got, ref in zip(("dq", "dk", "dv"), other, grads, strict=True):

@@ -221,7 +221,8 @@ def test_gpu_dropout_large_matches_the_stream_in_windows(dtype: str) -> None:
     # a tail: windows at the start, around the end of the first pass, and at the end are
     # compared with the CPU backend, which draws the same words from offset + start / 4.
     step = cuda_indexing.dropout_step(getattr(ignis, dtype))
-    first_pass = ignis.Device(0).multiprocessor_count * cuda_indexing.BLOCKS_PER_SM * 256 * step
+    per_sm = ignis.tuning().indexing.blocks_per_sm
+    first_pass = ignis.Device(0).multiprocessor_count * per_sm * 256 * step
     n = first_pass + first_pass // 8 + 7  # about 20M float32 / 39M bfloat16 on an H200
     seed, offset, p = 77, 5, 0.1
     host_rng = np.random.default_rng(3)
@@ -253,7 +254,6 @@ def test_gpu_dropout_large_matches_the_stream_in_windows(dtype: str) -> None:
 def fake(monkeypatch: pytest.MonkeyPatch):
     g = fake_gpu.install(monkeypatch)
     monkeypatch.setattr(cuda_indexing, "library_kernel", fake_gpu._library_kernel)
-    monkeypatch.setattr(cuda_indexing, "_grid_caps", {})
     yield g
     fake_gpu.uninstall()
 

@@ -821,7 +821,7 @@ class Emulator:
         t, g_t, vec, rms = targs
         T, G, vec, rms = _NP[t], _NP[g_t], int(vec), rms == "true"
         g, x, mean, rstd, pw, pb, rows, n, per_split = args
-        assert block == (32, norm_loss.PARAM_BLOCK_Y) and norm_loss.PARAM_BLOCK_Y <= 8
+        assert block == (32, ignis.tuning().norm_loss.param_block_y) and block[1] <= 8
         if vec > 1:  # 16-byte loads of the data type: aligned rows of whole packs
             assert vec * T.itemsize == 16 and n % vec == 0 and g % 16 == 0 and x % 16 == 0
         splits = grid[1]
@@ -934,38 +934,26 @@ def emu(monkeypatch):
 
 
 @pytest.fixture
-def small_thresholds(monkeypatch):
+def small_thresholds(tune):
     # Reach warp rows, block rows, the re-reading kernels and row splits on small inputs.
-    monkeypatch.setattr(norm_loss, "WARP_MAX_N", 64)
-    monkeypatch.setattr(norm_loss, "BLOCK_MIN_THREADS", 64)
-    monkeypatch.setattr(norm_loss, "BLOCK_BYTES", 16)
-    monkeypatch.setattr(norm_loss, "PARAM_TARGET_BLOCKS", 16)
-    monkeypatch.setattr(norm_loss, "PARAM_MIN_ROWS", 2)
+    tune(
+        norm_loss=dict(
+            warp_max_n=64,
+            block_min_threads=64,
+            block_bytes=16,
+            param_target_blocks=16,
+            param_min_rows=2,
+        ),
+    )
 
 
 class _PlannedBackend(CpuBackend):
     """The CPU backend with the CUDA module's planning (kernels emulated) for this family."""
 
-    def layer_norm(self, *a):
-        norm_loss.layer_norm(self, *a)
 
-    def layer_norm_backward(self, *a):
-        norm_loss.layer_norm_backward(self, *a)
-
-    def rms_norm(self, *a):
-        norm_loss.rms_norm(self, *a)
-
-    def rms_norm_backward(self, *a):
-        norm_loss.rms_norm_backward(self, *a)
-
-    def cross_entropy(self, *a):
-        norm_loss.cross_entropy(self, *a)
-
-    def cross_entropy_backward(self, *a):
-        norm_loss.cross_entropy_backward(self, *a)
-
-    def softmax_backward(self, *a):
-        norm_loss.softmax_backward(self, *a)
+for _name in ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward",
+              "cross_entropy", "cross_entropy_backward", "softmax_backward"):
+    _PlannedBackend.implement(_name, getattr(norm_loss, _name))
 
 
 @contextlib.contextmanager
@@ -1096,11 +1084,10 @@ def test_planned_norms_with_a_misaligned_weight(emu, dtype, rng):
 
 
 @pytest.mark.parametrize("tuned", [True, False])
-def test_planned_bfloat16_rows_of_4096_and_the_switches(emu, monkeypatch, tuned, rng):
+def test_planned_bfloat16_rows_of_4096_and_the_switches(emu, tune, tuned, rng):
     # Tuned: 4 packs of 8 per thread forward, 2 backward, 16-byte lanes in the column sums;
     # the switches restore the first plan (2 and 1 packs, one element per lane). Same results.
-    monkeypatch.setattr(norm_loss, "BLOCK_BYTES_OF_DATA", tuned)
-    monkeypatch.setattr(norm_loss, "PARAM_VECTOR_LOADS", tuned)
+    tune(norm_loss=dict(block_bytes_of_data=tuned, param_vector_loads=tuned))
     x = random_array(rng, (3, 4096), "bfloat16")
     g = random_array(rng, (3, 4096), "bfloat16")
     w, b = random_array(rng, (4096,), "bfloat16"), random_array(rng, (4096,), "bfloat16")
@@ -1224,7 +1211,7 @@ def test_row_config():
             if not warp:  # cached values stay within the register budget
                 data = size if vec > 1 else w
                 assert items * vec * data * arrays <= max(
-                    norm_loss.BLOCK_BYTES, vec * data * arrays
+                    ignis.tuning().norm_loss.block_bytes, vec * data * arrays
                 )
                 assert items * vec * w * arrays <= 128
 

@@ -491,10 +491,10 @@ def test_launch_table_layout():
 
 
 @pytest.mark.gpu
-def test_small_chunks_and_unaligned_views_take_every_path(monkeypatch):
+def test_small_chunks_and_unaligned_views_take_every_path(tune):
     # Chunks of 8 elements: many blocks per tensor, a ragged last chunk; views that start one
     # element in are not 16-byte aligned and take the one-element path.
-    monkeypatch.setattr(cuda_optim, "CHUNK", 8)
+    tune(optim=dict(chunk=8))
     dev = "cuda:0"
     rng = np.random.default_rng(6)
     hosts = _rand(rng, [(37,), (64,), (9,)])
@@ -636,11 +636,12 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     assert grid == 3 and args[1:4] == [3, 7, 3] and args[6] == 1  # float64 lr
     table = np.ctypeslib.as_array((ctypes.c_int64 * (8 * 3 + 6)).from_address(args[0]))
     ptr = fake.data_ptr
+    chunk = ignis.tuning().optim.chunk
     want = cuda_optim.pack_table(
         [[ptr(a) for a in L.p], [ptr(a) for a in g], [ptr(a) for a in L.state[0]],
          [ptr(a) for a in L.state[1]], [ptr(a) for a in L.state[2]],
          [ptr(a) for a in L.masters], [ptr(a) for a in L.steps]],
-        [5, 0, 70001], cuda_optim.CHUNK)
+        [5, 0, 70001], chunk)
     np.testing.assert_array_equal(table, want)
     assert log[0][3][4] == 6 and log[0][3][5] == ptr(flag)  # step slot, found_inf
     # the SGD call passed no masters: its slot 3 holds null addresses
@@ -648,8 +649,8 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     assert list(sgd_table[9:12]) == [0, 0, 0]  # slot 3 (masters) empty
     # zero: one slot (the gradients), the same sizes, one block per chunk
     _, grid, block, args = log[-1]
-    assert grid == 3 and args[1:] == [3, 1, 3, cuda_optim.CHUNK]
+    assert grid == 3 and args[1:] == [3, 1, 3, chunk]
     zero_table = np.ctypeslib.as_array((ctypes.c_int64 * (2 * 3 + 6)).from_address(args[0]))
     np.testing.assert_array_equal(
-        zero_table, cuda_optim.pack_table([[ptr(a) for a in g]], [5, 0, 70001], cuda_optim.CHUNK)
+        zero_table, cuda_optim.pack_table([[ptr(a) for a in g]], [5, 0, 70001], chunk)
     )

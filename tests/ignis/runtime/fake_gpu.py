@@ -158,11 +158,11 @@ def install(
     monkeypatch.setattr(stream_module, "_default_streams", {})
     monkeypatch.setattr(stream_module._tls, "streams", {}, raising=False)
     # Kernels: parsed from the library source, "loaded" without a driver, launched into a recorder.
-    monkeypatch.setattr(ew, "_kernels", {})
-    monkeypatch.setattr(ew, "_grid_caps", {})
     monkeypatch.setattr(ew, "library_kernel", _library_kernel)
     monkeypatch.setattr(reduction, "library_kernel", _library_kernel)
-    monkeypatch.setattr(reduction, "_recipes", {})  # they hold kernels loaded on the fake
+    # The caches start empty (and uninstall empties them again: they hold kernels and plans of
+    # the fake). There is no real GPU here, and the memory state above is the fake's own.
+    ignis.clear_caches()
 
     def launch(function: Any, gx, gy, gz, bx, by, bz, smem, stream, params, extra) -> tuple:
         state = function
@@ -181,6 +181,9 @@ def uninstall() -> None:
     before the monkeypatch undo (a fixture's teardown, after ``yield``)."""
     gc.collect()
     _backend.register_backend("cuda", None)
+    import ignis
+
+    ignis.clear_caches()  # kernels and plans of the fake device
 
 
 def _checked(fn: Any, name: str, *args: Any) -> Any:

@@ -489,7 +489,7 @@ def test_repeated_dense_ops_allocate_and_launch_in_one_call(gpu, monkeypatch) ->
     assert int(gpu.calls["cuMemAllocAsync"][-1][1]) == 0x6300
 
 
-def test_repeated_full_reductions_allocate_and_launch_in_one_call(gpu, monkeypatch) -> None:
+def test_repeated_full_reductions_allocate_and_launch_in_one_call(gpu, monkeypatch, tune) -> None:
     # A sum, mean, max or min over every axis of a dense array, once planned as one launch,
     # goes from the front end's plan to an allocation and the kernel's prepared launch: neither
     # the general allocation step nor the reduction hook runs, and the driver sees what the
@@ -548,7 +548,8 @@ def test_repeated_full_reductions_allocate_and_launch_in_one_call(gpu, monkeypat
     ((name, *_),) = _launches_of(gpu, lambda: x.sum())
     ((name, *_),) = _launches_of(gpu, lambda: x.sum())
     assert name.startswith("ignis::reduce_group<")
-    monkeypatch.setattr(reduction, "GROUP_MAX_N", 64)  # 1000 elements: a block reduction
+    # 1000 elements: a block reduction
+    tune(reduction=dict(group_max_n=64))
     planned.clear()
     ((name, *_),) = _launches_of(gpu, lambda: x.sum())
     ((name2, *_),) = _launches_of(gpu, lambda: x.sum())

@@ -7,7 +7,10 @@ Philox streams.
 
 from __future__ import annotations
 
-from . import random  # noqa: I001
+from . import (
+    _ops,
+    random,  # noqa: I001
+)
 from ._backend import Backend, get_backend, register_backend
 from ._creation import (
     arange,
@@ -23,60 +26,16 @@ from ._creation import (
     zeros_like,
 )
 from ._device import ArrayDevice, get_default_device, set_default_device
-from ._interop import from_dlpack
-from ._ops import (
-    abs,
-    accumulate,
-    add,
-    argmax,
-    argmin,
-    clip,
-    concatenate,
-    cos,
-    divide,
-    equal,
-    erf,
-    exp,
-    gelu,
-    greater,
-    greater_equal,
-    less,
-    less_equal,
-    log,
-    log_softmax,
-    matmul,
-    max,
-    maximum,
-    mean,
-    min,
-    minimum,
-    multiply,
-    negative,
-    not_equal,
-    power,
-    relu,
-    rsqrt,
-    sigmoid,
-    silu,
-    sin,
-    softmax,
-    sqrt,
-    stack,
-    subtract,
-    sum,
-    tanh,
-    var,
-    where,
-)
-from .array import NvArray  # first: the modules below need the class
 from ._indexing import index_add, take
+from ._interop import from_dlpack
+from ._op_table import ElementwiseOp, elementwise_ops
+from ._ops import *  # noqa: F403  (the array functions; the op table's among them)
+from .array import NvArray  # first: the modules below need the class
 
+# What ``ignis`` re-exports (``Backend``, ``get_backend``, ``register_backend`` and
+# ``ArrayDevice`` stay here, for backend authors).
 __all__ = [
     "NvArray",
-    "ArrayDevice",
-    "Backend",
-    "get_backend",
-    "register_backend",
     "random",
     "arange",
     "asarray",
@@ -92,48 +51,9 @@ __all__ = [
     "get_default_device",
     "set_default_device",
     "from_dlpack",
-    "abs",
-    "accumulate",
-    "add",
-    "argmax",
-    "argmin",
-    "clip",
-    "concatenate",
-    "cos",
-    "divide",
-    "equal",
-    "erf",
-    "exp",
-    "gelu",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "log",
-    "log_softmax",
-    "matmul",
-    "max",
-    "maximum",
-    "mean",
-    "min",
-    "minimum",
-    "multiply",
-    "negative",
-    "not_equal",
-    "power",
-    "relu",
-    "rsqrt",
-    "sigmoid",
-    "silu",
-    "sin",
-    "softmax",
-    "sqrt",
-    "stack",
-    "subtract",
-    "sum",
-    "tanh",
-    "var",
-    "where",
+    "ElementwiseOp",
+    "elementwise_ops",
+    *_ops.__all__,
     "take",
     "index_add",
 ]

@@ -6,6 +6,8 @@ parameters (float64 for float64 ones), bias corrections in float64, 16-bit resul
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +17,7 @@ from ._cpu_backend import host_view
 if TYPE_CHECKING:
     from .array import NvArray
 
-__all__ = ["sgd", "adam", "l2_norm", "scale", "update_scale"]
+__all__ = ["sgd", "adam", "prepare_sgd", "prepare_adam", "l2_norm", "scale", "update_scale"]
 
 
 def _math(p: NvArray) -> np.dtype:
@@ -126,6 +128,21 @@ def adam(
             denom = np.sqrt(second) / bc2_sqrt + eps
             x = x - step_size * (a / denom)
         _write_param(p, master, x)
+
+
+def _prepared(update: Callable[..., None]) -> Callable[..., Callable[[], None]]:
+    """The family form of ``update`` (prepare now, apply later): NumPy has nothing to prepare,
+    so the returned function runs the whole update."""
+
+    @functools.wraps(update)
+    def prepare(*args: Any) -> Callable[[], None]:
+        return lambda: update(*args)
+
+    return prepare
+
+
+prepare_sgd = _prepared(sgd)  # the optim_sgd family
+prepare_adam = _prepared(adam)  # the optim_adam family
 
 
 def l2_norm(out: NvArray, tensors: list[NvArray]) -> None:

@@ -14,7 +14,6 @@ import numpy as np
 
 from .. import _caches
 from .. import _dtypes as dt
-from .._codegen import build_function
 from .._errors import DTypeError, ShapeError
 from .._memory import Buffer
 from . import _backend, _layout
@@ -95,46 +94,33 @@ def _allocate(
     return adopt(storage, shape, strides, dtype, device, backend, stream)
 
 
-def adopt_lines(
-    out: str = "arr",
-    *,
-    storage: str = "storage",
-    shape: str = "shape",
-    strides: str = "strides",
-    dtype: str = "dtype",
-    device: str = "device",
-    backend: str = "backend",
-    stream: str = "stream",
-) -> list[str]:
-    """The lines that build a new NvArray in the local ``out`` (see ignis._codegen): every
-    field of an NvArray is set here, from the expressions given, ``_offset`` to 0. Their
-    globals are :data:`ADOPT_NAMES`. :func:`adopt` is made of them; the CUDA backend's direct
-    functions run them inline."""
-    return [
-        f"{out} = new_object(NvArray)",
-        f"{out}._storage = {storage}",
-        f"{out}._offset = 0",
-        f"{out}._shape = {shape}",
-        f"{out}._strides = {strides}",
-        f"{out}._dtype = {dtype}",
-        f"{out}._device = {device}",
-        f"{out}._backend = {backend}",
-        f"{out}._stream = {stream}",
-    ]
+def adopt(
+    storage: Any,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: dt.DType,
+    device: ArrayDevice,
+    backend: Any,
+    stream: Any,
+) -> NvArray:
+    """A new array over all of ``storage`` (fresh, from ``backend.alloc`` or a backend's own
+    allocation on ``stream``) with the layout from :func:`contiguous_layout`.
 
+    Every field of an NvArray is set here, ``_offset`` to 0. Every op's result is made here;
+    the CUDA backend's direct functions run this function inline (see ignis._codegen).
 
-ADOPT_NAMES: dict[str, Any] = {"new_object": _new_object, "NvArray": NvArray}
-
-adopt: Any = build_function(
-    "adopt",
-    "storage, shape, strides, dtype, device, backend, stream",
-    [*adopt_lines(), "return arr"],
-    ADOPT_NAMES,
-    "<ignis adopt>",
-)[1]
-adopt.__doc__ = """``adopt(storage, shape, strides, dtype, device, backend, stream)``: a new
-array over all of ``storage`` (fresh, from ``backend.alloc`` or a backend's own allocation on
-``stream``) with the layout from :func:`contiguous_layout`, built by :func:`adopt_lines`."""
+    Example: ``adopt(backend.alloc(24), (2, 3), (12, 4), dt.float32, device, backend, stream)``.
+    """
+    arr = _new_object(NvArray)
+    arr._storage = storage
+    arr._offset = 0
+    arr._shape = shape
+    arr._strides = strides
+    arr._dtype = dtype
+    arr._device = device
+    arr._backend = backend
+    arr._stream = stream
+    return arr
 
 
 def empty(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:

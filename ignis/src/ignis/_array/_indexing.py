@@ -107,7 +107,7 @@ def take(a: NvArray, indices: Any, axis: int = 0, *, check: bool = False) -> NvA
     if out.numel == 0:
         return out
     src = a.contiguous()
-    a._backend.take(
+    a._backend.kernels.take(
         out.reshape(outer, m, inner), src.reshape(outer, n, inner), idx.contiguous().reshape(m)
     )
     return out
@@ -181,7 +181,7 @@ def index_add(
 
     if src._dtype is not acc or not src.is_contiguous or _overlaps(src, work):
         src = src.astype(acc)
-    dst._backend.index_add(
+    dst._backend.kernels.index_add(
         work.reshape(outer, n, inner),
         idx.contiguous().reshape(m),
         src.reshape(outer, m, inner),

@@ -52,7 +52,7 @@ def _backward(op: str, kind: str, grad: Any, saved: Any, name: str) -> NvArray:
         )
     out = _creation._new(grad._shape, gd, grad._device)
     if out.numel:
-        grad._backend.activation_backward(out, grad.contiguous(), saved.contiguous(), kind)
+        grad._backend.kernels.activation_backward(out, grad.contiguous(), saved.contiguous(), kind)
     return out
 
 

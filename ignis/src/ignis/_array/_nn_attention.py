@@ -209,7 +209,7 @@ def attention(
         out.fill_(0.0)
         lse.fill_(float("-inf"))
         return out, lse
-    q._backend.attention_forward(out, lse, _rows(q), _rows(k), _rows(v), causal, s)
+    q._backend.kernels.attention_forward(out, lse, _rows(q), _rows(k), _rows(v), causal, s)
     return out, lse
 
 
@@ -271,7 +271,7 @@ def attention_backward(
             if g.numel:
                 g.fill_(0.0)
         return dq, dk, dv
-    q._backend.attention_backward(
+    q._backend.kernels.attention_backward(
         dq,
         dk,
         dv,
@@ -321,5 +321,5 @@ def decode_attention(
     if n == 0:
         out.fill_(0.0)
         return out
-    q._backend.decode_attention(out, _dense(q), _dense(k_cache), _dense(v_cache), n, s)
+    q._backend.kernels.decode_attention(out, _dense(q), _dense(k_cache), _dense(v_cache), n, s)
     return out

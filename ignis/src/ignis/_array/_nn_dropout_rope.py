@@ -99,7 +99,9 @@ def dropout(
     y = _creation._new(x._shape, x._dtype, x._device)
     mask = _creation._new(x._shape, dt.bool_, x._device)
     if n:
-        x._backend.dropout(y, mask, x.contiguous(), keep_threshold(prob), _scale(prob), s, start)
+        x._backend.kernels.dropout(
+            y, mask, x.contiguous(), keep_threshold(prob), _scale(prob), s, start
+        )
     return y, mask
 
 
@@ -124,7 +126,9 @@ def dropout_backward(grad: NvArray, mask: NvArray, p: float) -> NvArray:
     prob = _probability(p, "dropout_backward")
     out = _creation._new(grad._shape, grad._dtype, grad._device)
     if out.numel:
-        grad._backend.dropout_backward(out, grad.contiguous(), mask.contiguous(), _scale(prob))
+        grad._backend.kernels.dropout_backward(
+            out, grad.contiguous(), mask.contiguous(), _scale(prob)
+        )
     return out
 
 
@@ -172,7 +176,7 @@ def _rope(
             )
     out = _creation._new(x._shape, x._dtype, x._device)
     if out.numel:
-        x._backend.rope(
+        x._backend.kernels.rope(
             out.reshape(batch, seq, d),
             x.contiguous().reshape(batch, seq, d),
             pos,

@@ -73,7 +73,7 @@ def linear(x: NvArray, weight: NvArray, bias: NvArray | None = None) -> NvArray:
             raise DeviceMismatchError(f"{op}: weight is on {weight.device} but x is on {x.device}")
         y = _creation._new((x2._shape[0], n), dtype, x._device)
         if y.numel:
-            x._backend.matmul_bias(y, x2, weight.T, bias)
+            x._backend.kernels.matmul_bias(y, x2, weight.T, bias)
     return y if x.ndim == 2 else y.reshape(*x._shape[:-1], n)
 
 
@@ -126,7 +126,7 @@ def linear_backward(
         gw = _creation._new((n, x2._shape[1]), dtype, g2._device)
         gb = _creation._new((n,), dtype, g2._device)
         if gw.numel:
-            g2._backend.matmul_row_sums(gw, gb, g2.T, x2)
+            g2._backend.kernels.matmul_row_sums(gw, gb, g2.T, x2)
         elif gb.numel:
             gb = g2.sum(axis=0)
         return gx, gw, gb

@@ -125,7 +125,7 @@ def cross_entropy(
             z._backend.fill(loss, math.nan if reduction == "mean" else 0.0)
         return loss, lse
     target = loss.reshape(-1) if reduction == "none" else loss
-    z._backend.cross_entropy(
+    z._backend.kernels.cross_entropy(
         target,
         lse.reshape(-1),
         z.contiguous().reshape(rows, n_classes),
@@ -177,7 +177,7 @@ def cross_entropy_backward(
     rows = math.prod(lead)
     if rows == 0:
         return out
-    z._backend.cross_entropy_backward(
+    z._backend.kernels.cross_entropy_backward(
         out.reshape(rows, n_classes),
         g.reshape(-1) if reduction == "none" else g,
         z.contiguous().reshape(rows, n_classes),
@@ -224,7 +224,7 @@ def softmax_backward(grad_y: NvArray, y: NvArray, axis: int = -1, log: bool = Fa
     if y.numel == 0:
         return out
     n = y.shape[-1]
-    y._backend.softmax_backward(
+    y._backend.kernels.softmax_backward(
         out.reshape(-1, n), g.reshape(-1, n), y.contiguous().reshape(-1, n), bool(log)
     )
     return out

@@ -159,7 +159,7 @@ def layer_norm(
     mean = _creation._new(lead, sd, x._device)
     rstd = _creation._new(lead, sd, x._device)
     if x.numel:
-        x._backend.layer_norm(_rows(y, n), _flat(mean), _flat(rstd), _rows(x, n), w, b, e)
+        x._backend.kernels.layer_norm(_rows(y, n), _flat(mean), _flat(rstd), _rows(x, n), w, b, e)
     return y, mean, rstd
 
 
@@ -183,7 +183,7 @@ def rms_norm(
     y = _creation._new(x.shape, x.dtype, x._device)
     rstd = _creation._new(lead, stats_dtype(x.dtype), x._device)
     if x.numel:
-        x._backend.rms_norm(_rows(y, n), _flat(rstd), _rows(x, n), w, e)
+        x._backend.kernels.rms_norm(_rows(y, n), _flat(rstd), _rows(x, n), w, e)
     return y, rstd
 
 
@@ -234,7 +234,7 @@ def layer_norm_backward(
     gw = _creation._new((n,), sd, x._device) if want_w else None
     gb = _creation._new((n,), sd, x._device) if want_b else None
     if gx is not None or gw is not None or gb is not None:
-        x._backend.layer_norm_backward(
+        x._backend.kernels.layer_norm_backward(
             None if gx is None else _rows(gx, n),
             gw,
             gb,
@@ -275,7 +275,7 @@ def rms_norm_backward(
         return gx, (_zeros((n,), sd, x) if want_w else None)
     gw = _creation._new((n,), sd, x._device) if want_w else None
     if gx is not None or gw is not None:
-        x._backend.rms_norm_backward(
+        x._backend.kernels.rms_norm_backward(
             None if gx is None else _rows(gx, n), gw, _rows(g, n), _rows(x, n), _flat(r), w
         )
     return gx, gw

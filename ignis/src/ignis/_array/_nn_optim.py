@@ -325,7 +325,7 @@ def multi_tensor_sgd_(
     key = lambda i: (params[i].dtype, grads[i].dtype, masters[i] is not None)  # noqa: E731
     # Every dtype combination is prepared before any is launched: all or nothing.
     launches = [
-        backend.optim_sgd(
+        backend.kernels.optim_sgd(
             [params[i] for i in idx],
             [_readable(grads[i]) for i in idx],
             [bufs[i] for i in idx] if use_buf else None,
@@ -419,7 +419,7 @@ def multi_tensor_adam_(
     backend = get_backend(device)
     key = lambda i: (params[i].dtype, grads[i].dtype, masters[i] is not None)  # noqa: E731
     launches = [  # all prepared before any is launched, as in multi_tensor_sgd_
-        backend.optim_adam(
+        backend.kernels.optim_adam(
             [params[i] for i in idx],
             [_readable(grads[i]) for i in idx],
             [exp_avgs[i] for i in idx],
@@ -475,7 +475,7 @@ def multi_tensor_l2_norm(tensors: Sequence[NvArray], device: Any = None) -> NvAr
     parts = []
     for idx in _groups(len(xs), lambda i: xs[i].dtype).values():
         out = NvArray.empty((), dtype=dt.float32, device=dev)
-        backend.optim_l2_norm(out, [_readable(xs[i]) for i in idx])
+        backend.kernels.optim_l2_norm(out, [_readable(xs[i]) for i in idx])
         parts.append(out)
     if len(parts) == 1:
         return parts[0]
@@ -522,7 +522,7 @@ def multi_tensor_zero_(tensors: Sequence[NvArray]) -> None:
         return
     backend = get_backend(xs[0].device)
     for idx in _groups(len(xs), lambda i: xs[i].dtype).values():
-        backend.optim_zero([xs[i] for i in idx])
+        backend.kernels.optim_zero([xs[i] for i in idx])
 
 
 def multi_tensor_clip_(tensors: Sequence[NvArray], total_norm: NvArray, max_norm: float) -> None:
@@ -550,7 +550,7 @@ def _scale(op: str, xs: list[NvArray], factor: NvArray, mode: int, max_norm: flo
     _same_device(xs + [factor, found_inf], device, op)
     backend = get_backend(device)
     for idx in _groups(len(xs), lambda i: xs[i].dtype).values():
-        backend.optim_scale([xs[i] for i in idx], factor, mode, max_norm, found_inf)
+        backend.kernels.optim_scale([xs[i] for i in idx], factor, mode, max_norm, found_inf)
 
 
 def amp_update_scale_(
@@ -582,7 +582,7 @@ def amp_update_scale_(
     if int(growth_interval) != growth_interval or growth_interval < 1:
         raise ValueError(f"{op}: growth_interval must be a positive int, got {growth_interval!r}")
     _same_device([growth_tracker, found_inf], scale.device, op)
-    get_backend(scale.device).optim_update_scale(
+    get_backend(scale.device).kernels.optim_update_scale(
         scale, growth_tracker, found_inf, float(growth_factor), float(backoff_factor),
         int(growth_interval)
     )

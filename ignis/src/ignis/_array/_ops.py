@@ -8,45 +8,22 @@ would hide a host-to-device copy): wrap them with :func:`ignis.asarray` first.
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _caches
 from .. import _dtypes as dt
+from .._caches import PlanCache
+from .._codegen import build_function
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
-from . import _creation, _layout
+from . import _creation, _layout, _op_table
 from . import _semantics as sem
+from ._op_table import ELEMENTWISE, ElementwiseOp
 from .array import NvArray
 
+# The op table's functions are added by _make_op_functions below.
 __all__ = [
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
-    "equal",
-    "not_equal",
-    "less",
-    "less_equal",
-    "greater",
-    "greater_equal",
-    "negative",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "gelu",
-    "silu",
-    "erf",
     "where",
     "clip",
     "sum",
@@ -209,31 +186,85 @@ def _check_out(op: str, out: Any, shape: tuple[int, ...], dtype: dt.DType, devic
 # Python method, a str hashes from its cache. A plan is made only after the rule accepted its
 # operands, so every error still comes from the rule, with its message.
 _PLAN_LIMIT = 4096
-_unary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_binary_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_reduce_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_matmul_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_inplace_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 _WEAK = frozenset((bool, int, float))  # Python scalars, as the fast paths see them (exact types)
-for _kind, _table in (
-    ("unary", _unary_plans),
-    ("binary", _binary_plans),
-    ("reduce", _reduce_plans),
-    ("matmul", _matmul_plans),
-    ("inplace", _inplace_plans),
-):
-    _caches.register(
-        f"ops.{_kind}_plans",
-        _table,
-        max_entries=_PLAN_LIMIT,
-        description=f"{_kind} op, operand dtypes and layouts -> its remembered plan",
-    )
 
 
-def _remember(plans: dict[Any, tuple[Any, ...]], key: Any, plan: tuple[Any, ...]) -> None:
-    if len(plans) >= _PLAN_LIMIT:
-        plans.clear()
-    plans[key] = plan
+class UnaryPlan(NamedTuple):
+    """What the rule of a unary op decided for one (op, dtype, shape)."""
+
+    compute: dt.DType
+    dtype: dt.DType
+    strides: tuple[int, ...]  # of the contiguous result
+    nbytes: int
+    directs: dict[Any, Any]  # backend -> its direct function or None (see _keep_direct)
+
+
+class BinaryPlan(NamedTuple):
+    """What the rule of a binary op decided for one (op, operand dtypes or scalar types,
+    shapes)."""
+
+    compute: dt.DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    nbytes: int
+    dtype: dt.DType
+    a_view: bool  # a is broadcast to the result's shape
+    b_view: bool
+    check_int: bool  # a Python int operand must be checked against the compute dtype
+    form: int  # 1: a is a Python scalar, 2: b is; 0: two arrays
+    directs: dict[Any, Any] | None  # None: no direct function takes these operands
+
+
+class ReducePlan(NamedTuple):
+    """What the rule of a reduction decided for one (op, dtype, shape, axis, keepdims, ddof)."""
+
+    spec: sem.Reduction
+    keep_strides: tuple[int, ...]
+    nbytes: int
+    strides: tuple[int, ...]
+    directs: dict[Any, Any]
+
+
+class MatmulPlan(NamedTuple):
+    """The views a product of one (dtypes, shapes, strides, transposes) runs on."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    nbytes: int
+    dtype: dt.DType
+    a_layout: tuple[Any, ...]  # (shape, strides) of a's view
+    b_layout: tuple[Any, ...]
+    full_layout: tuple[Any, ...] | None  # the result's full-rank view (None: the result)
+
+
+class InplacePlan(NamedTuple):
+    """What the rules of ``dst op= other`` decided for one (op, dtypes, shapes)."""
+
+    compute: dt.DType
+    view: bool  # other is broadcast to dst's shape
+
+
+_unary_plans = PlanCache(
+    "ops.unary_plans", _PLAN_LIMIT, "unary op, dtype and shape -> UnaryPlan"
+)
+_binary_plans = PlanCache(
+    "ops.binary_plans", _PLAN_LIMIT, "binary op, operand dtypes and shapes -> BinaryPlan"
+)
+_reduce_plans = PlanCache(
+    "ops.reduce_plans", _PLAN_LIMIT, "reduction, dtype, shape and axes -> ReducePlan"
+)
+_matmul_plans = PlanCache(
+    "ops.matmul_plans", _PLAN_LIMIT, "matmul operand dtypes and layouts -> MatmulPlan"
+)
+_inplace_plans = PlanCache(
+    "ops.inplace_plans", _PLAN_LIMIT, "in-place op, dtypes and shapes -> InplacePlan"
+)
+# Their lookups, bound once: a method of a dict subclass is found through its type on each call.
+_unary_plan = _unary_plans.get
+_binary_plan = _binary_plans.get
+_inplace_plan = _inplace_plans.get
+_reduce_plan = _reduce_plans.get
+_matmul_plan = _matmul_plans.get
 
 
 # The unary, binary and reduction plans end with the direct functions their backends offered
@@ -251,17 +282,17 @@ def _keep_direct(directs: dict[Any, Any], backend: Any, direct: Any) -> None:
     directs[backend] = direct
 
 
-def _unary_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
+def _unary_direct(op: str, plan: UnaryPlan, x: NvArray) -> Any:
     """The direct function of ``plan`` on x's backend, asked for (at a backend's first use of
     the plan) and kept; None where there is none. (Found in the plan by :func:`_unary`.)"""
-    backend, directs = x._backend, plan[4]
+    backend, directs = x._backend, plan.directs
     compute, dtype, strides, nbytes, _ = plan
     direct = backend.unary_direct(op, compute, dtype, x._dtype, x._shape, strides, nbytes)
     _keep_direct(directs, backend, direct)
     return direct
 
 
-def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any) -> Any:
+def _binary_direct(op: str, plan: BinaryPlan, backend: Any) -> Any:
     """The direct function of ``plan`` on ``backend``, asked for (at its first use of the plan)
     and kept; None where there is none. (Found in the plan by :func:`_binary`.)"""
     compute, shape, strides, nbytes, dtype, _, _, _, form, directs = plan
@@ -270,7 +301,7 @@ def _binary_direct(op: str, plan: tuple[Any, ...], backend: Any) -> Any:
     return direct
 
 
-def _reduce_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
+def _reduce_direct(op: str, plan: ReducePlan, x: NvArray) -> Any:
     """The direct function of the reduction ``plan`` on x's backend, asked for (at a backend's
     first use of the plan) and kept; None where there is none. (Found in the plan by
     :func:`_reduce`.)"""
@@ -284,14 +315,15 @@ def _reduce_direct(op: str, plan: tuple[Any, ...], x: NvArray) -> Any:
 def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
     if x.__class__ is NvArray:
         key = (op, x._dtype.name, x._shape)
-        plan = _unary_plans.get(key)
+        plan = _unary_plan(key)
         if plan is None:
             spec = sem.unary(op, x._shape, x._dtype)
             layout = _creation.contiguous_layout(spec.shape, spec.dtype.itemsize)
-            plan = (spec.compute, spec.dtype, *layout, {})
-            _remember(_unary_plans, key, plan)
+            plan = _unary_plans.remember(key, UnaryPlan(spec.compute, spec.dtype, *layout, {}))
+        else:
+            _unary_plans.hits += 1
         if not params:  # the backend may compute it in one call
-            direct = plan[4].get(x._backend, _UNSEEN)
+            direct = plan.directs.get(x._backend, _UNSEEN)
             if direct is _UNSEEN:
                 direct = _unary_direct(op, plan, x)
             if direct is not None:
@@ -335,10 +367,11 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
         if operator and (_foreign(a) or _foreign(b)):
             return NotImplemented
         return _binary_slow(op, a, b, None)
-    plan = _binary_plans.get(key)
+    plan = _binary_plan(key)
     if plan is None:
         return _binary_slow(op, a, b, key)
-    backend, directs = x._backend, plan[9]
+    _binary_plans.hits += 1
+    backend, directs = x._backend, plan.directs
     if directs is not None:  # the backend may compute it in one call
         direct = directs.get(backend, _UNSEEN)
         if direct is _UNSEEN:
@@ -347,7 +380,7 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
             out = direct(a, b)
             if out is not None:
                 return out
-    compute, shape, strides, nbytes, dtype, a_view, b_view, check_int = plan[:8]
+    compute, shape, strides, nbytes, dtype, a_view, b_view, check_int, _, _ = plan
     if check_int:  # (only plans of an array and a Python int)
         dt.check_scalar_fits(b if x is a else a, compute, op)
     out = _creation._allocate(shape, strides, nbytes, dtype, x._device)
@@ -379,7 +412,7 @@ def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
         takes = not (a_view or b_view or check_int) and all(
             x._dtype is spec.dtype for x in (a, b) if x.__class__ is NvArray
         )
-        plan = (
+        plan = BinaryPlan(
             spec.compute,
             spec.shape,
             strides,
@@ -391,7 +424,7 @@ def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
             form,
             {} if takes else None,
         )
-        _remember(_binary_plans, key, plan)
+        _binary_plans.remember(key, plan)
     out = _creation._new(spec.shape, spec.dtype, first._device)
     first._backend.binary(
         op,
@@ -410,8 +443,9 @@ def _inplace(op: str, dst: NvArray, other: Any, name: str) -> NvArray:
     key = None
     if other.__class__ is NvArray and dst.__class__ is NvArray and other._device is dst._device:
         key = (op, name, dst._dtype.name, other._dtype.name, dst._shape, other._shape)
-        plan = _inplace_plans.get(key)
+        plan = _inplace_plan(key)
         if plan is not None:
+            _inplace_plans.hits += 1
             compute, view = plan
             if view:
                 other = _broadcast(other, dst._shape, name)
@@ -425,150 +459,86 @@ def _inplace(op: str, dst: NvArray, other: Any, name: str) -> NvArray:
     spec = sem.binary(op, dst, other, name)
     sem.inplace(name, dst._shape, dst._dtype, spec)
     if key is not None:
-        _remember(_inplace_plans, key, (spec.compute, other._shape != spec.shape))
+        _inplace_plans.remember(key, InplacePlan(spec.compute, other._shape != spec.shape))
     other = _unalias(_broadcast(other, spec.shape, name), dst, allow_identical=True)
     dst._backend.binary(op, dst, dst, _value(other), spec.compute)
     return dst
 
 
-def add(a: Any, b: Any) -> NvArray:
-    """``a + b`` with broadcasting. Example: ``ignis.add(x, 1.0)``."""
-    return _binary("add", a, b)
+# --- the op table's functions and NvArray methods ---------------------------------------------
 
 
-def subtract(a: Any, b: Any) -> NvArray:
-    """``a - b`` with broadcasting."""
-    return _binary("subtract", a, b)
+_Source = tuple[str, list[str]]  # a generated function's signature and body
 
 
-def multiply(a: Any, b: Any) -> NvArray:
-    """``a * b`` with broadcasting."""
-    return _binary("multiply", a, b)
+def _op_sources(op: ElementwiseOp) -> tuple[_Source, dict[str, _Source]]:
+    """Signature and body of the function ``ignis.<name>`` the table entry ``op`` makes, and of
+    its NvArray methods and operators, by name."""
+    name = op.name
+    if op.arity == 1:
+        args = "".join(f", {p}={v!r}" for p, v in op.defaults.items())
+        params = "{" + ", ".join(f"{p!r}: {p}" for p in op.params) + "}"
+        call = (
+            f"_unary({name!r}, x)"
+            if not op.params
+            else f"_unary({name!r}, x, _check_params(OPS[{name!r}], {params}))"
+        )
+        methods = {m: (f"x{args}", [f"return {call}"]) for m in op.methods}
+        methods.update({d: ("x", [f"return {call}"]) for d in op.operators})
+        return (f"x{args}", [f"return {call}"]), methods
+    function = ("a, b", [f"return _binary({name!r}, a, b)"])
+    methods = {m: function for m in op.methods}
+    for d in op.operators:
+        if d in ("__eq__", "__ne__"):  # a foreign operand: Python's identity comparison
+            body = ["if not _is_operand(b):", "    return NotImplemented"]
+            methods[d] = ("a, b", [*body, f"return _binary({name!r}, a, b)"])
+        elif d.startswith("__i"):  # in place: dst op= other
+            body = ["if _foreign(b):", "    return NotImplemented"]
+            methods[d] = ("a, b", [*body, f"return _inplace({name!r}, a, b, {d!r})"])
+        elif d.startswith("__r"):  # reflected: the array is the right operand
+            methods[d] = ("b, a", [f"return _binary({name!r}, a, b, True)"])
+        else:
+            methods[d] = ("a, b", [f"return _binary({name!r}, a, b, True)"])
+    return function, methods
 
 
-def divide(a: Any, b: Any) -> NvArray:
-    """``a / b`` (true division: integers give float64)."""
-    return _binary("divide", a, b)
+def _check_params(op: ElementwiseOp, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` after checking each against the values ``op`` accepts."""
+    for key, value in params.items():
+        op.check_param(key, value)
+    return params
 
 
-def power(a: Any, b: Any) -> NvArray:
-    """``a ** b`` (integer negative exponents truncate, see ``_semantics``)."""
-    return _binary("power", a, b)
+def _make_op_functions() -> None:
+    """Define ``ignis.<name>`` here and the NvArray methods and operators of every table op."""
+    names = {
+        "_unary": _unary,
+        "_binary": _binary,
+        "_inplace": _inplace,
+        "_is_operand": _is_operand,
+        "_foreign": _foreign,
+        "_check_params": _check_params,
+        "OPS": ELEMENTWISE,
+    }
+    for op in ELEMENTWISE.values():
+        (signature, body), methods = _op_sources(op)
+        filename = f"<ignis op {op.name}>"
+        fn = build_function(op.name, signature, body, names, filename)[1]
+        fn.__doc__, fn.__module__ = op.doc, "ignis"
+        globals()[op.name] = fn
+        __all__.append(op.name)
+        for mname, (signature, body) in methods.items():
+            method = build_function(mname, signature, body, names, filename)[1]
+            method.__doc__, method.__qualname__ = op.doc, f"NvArray.{mname}"
+            setattr(NvArray, mname, method)
 
 
-def maximum(a: Any, b: Any) -> NvArray:
-    """Elementwise maximum; NaN wins."""
-    return _binary("maximum", a, b)
+_make_op_functions()
+# What the table's derivative rules compute with.
+from . import _nn_activation  # noqa: E402
 
-
-def minimum(a: Any, b: Any) -> NvArray:
-    """Elementwise minimum; NaN wins."""
-    return _binary("minimum", a, b)
-
-
-def equal(a: Any, b: Any) -> NvArray:
-    """``a == b`` as a bool array."""
-    return _binary("equal", a, b)
-
-
-def not_equal(a: Any, b: Any) -> NvArray:
-    """``a != b`` as a bool array."""
-    return _binary("not_equal", a, b)
-
-
-def less(a: Any, b: Any) -> NvArray:
-    """``a < b`` as a bool array."""
-    return _binary("less", a, b)
-
-
-def less_equal(a: Any, b: Any) -> NvArray:
-    """``a <= b`` as a bool array."""
-    return _binary("less_equal", a, b)
-
-
-def greater(a: Any, b: Any) -> NvArray:
-    """``a > b`` as a bool array."""
-    return _binary("greater", a, b)
-
-
-def greater_equal(a: Any, b: Any) -> NvArray:
-    """``a >= b`` as a bool array."""
-    return _binary("greater_equal", a, b)
-
-
-def negative(x: NvArray) -> NvArray:
-    """``-x`` (same dtype; unsigned integers wrap around)."""
-    return _unary("neg", x)
-
-
-def abs(x: NvArray) -> NvArray:  # noqa: A001 - the public name mirrors NumPy
-    """``|x|`` (same dtype)."""
-    return _unary("abs", x)
-
-
-def exp(x: NvArray) -> NvArray:
-    """``e ** x``."""
-    return _unary("exp", x)
-
-
-def log(x: NvArray) -> NvArray:
-    """Natural logarithm (``-inf`` at 0, NaN below)."""
-    return _unary("log", x)
-
-
-def sqrt(x: NvArray) -> NvArray:
-    """Square root (NaN below 0)."""
-    return _unary("sqrt", x)
-
-
-def rsqrt(x: NvArray) -> NvArray:
-    """``1 / sqrt(x)``."""
-    return _unary("rsqrt", x)
-
-
-def sin(x: NvArray) -> NvArray:
-    """Sine (radians)."""
-    return _unary("sin", x)
-
-
-def cos(x: NvArray) -> NvArray:
-    """Cosine (radians)."""
-    return _unary("cos", x)
-
-
-def tanh(x: NvArray) -> NvArray:
-    """Hyperbolic tangent."""
-    return _unary("tanh", x)
-
-
-def sigmoid(x: NvArray) -> NvArray:
-    """``1 / (1 + exp(-x))``, computed without overflow."""
-    return _unary("sigmoid", x)
-
-
-def relu(x: NvArray) -> NvArray:
-    """``max(x, 0)`` (same dtype)."""
-    return _unary("relu", x)
-
-
-def gelu(x: NvArray, approximate: str = "none") -> NvArray:
-    """GELU ``x * Phi(x)`` (Phi: the normal CDF).
-
-    ``approximate="tanh"`` uses ``0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))``.
-    """
-    if approximate not in sem.GELU_APPROXIMATIONS:
-        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _unary("gelu", x, {"approximate": approximate})
-
-
-def silu(x: NvArray) -> NvArray:
-    """``x * sigmoid(x)``."""
-    return _unary("silu", x)
-
-
-def erf(x: NvArray) -> NvArray:
-    """The error function."""
-    return _unary("erf", x)
+_op_table._ops = sys.modules[__name__]
+_op_table._act = _nn_activation
 
 
 def where(cond: Any, a: Any, b: Any) -> NvArray:
@@ -625,15 +595,16 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArra
         and (keepdims is False or keepdims is True)
     ):
         key = (op, x._dtype.name, x._shape, axis, keepdims, ddof)
-        plan = _reduce_plans.get(key)
+        plan = _reduce_plan(key)
         if plan is None:
             spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof)
             itemsize = spec.dtype.itemsize
             keep_strides, nbytes = _creation.contiguous_layout(spec.keep_shape, itemsize)
             strides = _creation.contiguous_layout(spec.shape, itemsize)[0]
-            plan = (spec, keep_strides, nbytes, strides, {})
-            _remember(_reduce_plans, key, plan)
-        direct = plan[4].get(x._backend, _UNSEEN)
+            plan = _reduce_plans.remember(key, ReducePlan(spec, keep_strides, nbytes, strides, {}))
+        else:
+            _reduce_plans.hits += 1
+        direct = plan.directs.get(x._backend, _UNSEEN)
         if direct is _UNSEEN:
             direct = _reduce_direct(op, plan, x)
         if direct is not None:  # the backend may compute it in one call
@@ -765,8 +736,9 @@ def matmul(
             transpose_a,
             transpose_b,
         )
-        plan = _matmul_plans.get(key)
+        plan = _matmul_plan(key)
         if plan is not None:
+            _matmul_plans.hits += 1
             shape, strides, nbytes, dtype, a_layout, b_layout, full_layout = plan
             out = _creation._allocate(shape, strides, nbytes, dtype, a._device)
             full = out if full_layout is None else out._view(0, *full_layout)
@@ -826,10 +798,9 @@ def _matmul_full(
     if spec.b_vector:
         full = full.unsqueeze(-1)
     if key is not None:  # out is new here: it overlaps nothing
-        _remember(
-            _matmul_plans,
+        _matmul_plans.remember(
             key,
-            (
+            MatmulPlan(
                 out._shape,
                 out._strides,
                 _creation.contiguous_layout(out._shape, out.itemsize)[1],

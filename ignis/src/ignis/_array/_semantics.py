@@ -5,19 +5,9 @@ produces: the output shape and dtype, the dtype the computation runs in, and nor
 arguments. It raises the user-facing errors (ShapeError, DTypeError, ...) naming the op, what
 was given and what was expected. Backends only execute.
 
-Dtype rules (NumPy 2's, see :mod:`ignis._dtypes` for promotion):
+Dtype rules (NumPy 2's, see :mod:`ignis._dtypes` for promotion). The element-wise ops' rules
+are named in the op table (:mod:`ignis._array._op_table`, which lists them) and applied here:
 
-* arithmetic ``add subtract multiply maximum minimum``: the promoted dtype; ``subtract`` of
-  two bools is refused (as NumPy does).
-* ``divide``: the promoted dtype if floating, else float64 (NumPy: ``int / int -> float64``).
-* ``power``: the promoted dtype, bool refused. For integer dtypes a negative exponent gives
-  the truncated quotient ``1 // x**|n|``: 1 for x == 1, +-1 for x == -1, 0 otherwise (also 0
-  for 0 ** negative) instead of NumPy's error, because a kernel cannot raise per element.
-* comparisons: bool out, computed in the promoted dtype.
-* floating functions (``exp log sqrt rsqrt sin cos tanh sigmoid gelu silu erf softmax
-  log_softmax``): floating inputs keep their dtype; bool/int8/uint8 give float16 and
-  int32/int64 give float64 (the loop NumPy picks for its ufuncs).
-* ``neg`` and ``relu`` keep the dtype (bool refused); ``abs`` keeps the dtype.
 * reductions: ``sum`` of bool/integers gives int64, of floats keeps the dtype; ``mean`` and
   ``var`` of bool/integers give float64; ``max``/``min`` keep the dtype; ``argmax``/``argmin``
   give int64. float16/bfloat16 reductions accumulate in float32 and round once.
@@ -31,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _caches
 from .. import _dtypes as dt
+from .._caches import PlanCache
 from .._errors import DTypeError, ShapeError
 from . import _layout
+from ._op_table import ELEMENTWISE
 
 __all__ = [
     "UNARY_OPS",
@@ -58,38 +49,14 @@ __all__ = [
 
 Shape = tuple[int, ...]
 
-# unary op -> its dtype rule
-_FLOAT_FUNCS = (
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "sin",
-    "cos",
-    "tanh",
-    "sigmoid",
-    "gelu",
-    "silu",
-    "erf",
-)
-UNARY_OPS: dict[str, str] = {name: "float" for name in _FLOAT_FUNCS}
-UNARY_OPS.update({"neg": "numeric", "relu": "numeric", "abs": "any"})
-
-COMPARISON_OPS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
-BINARY_OPS = (
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
-) + COMPARISON_OPS
+# The element-wise ops and their dtype rules come from the op table.
+UNARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op.arity == 1}
+BINARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op.arity == 2}
+COMPARISON_OPS = tuple(n for n, rule in BINARY_OPS.items() if rule == "comparison")
 
 REDUCE_OPS = ("sum", "mean", "max", "min", "var")
 ARG_REDUCE_OPS = ("argmax", "argmin")
 
-GELU_APPROXIMATIONS = ("none", "tanh")
 
 
 def float_result(dtype: dt.DType) -> dt.DType:
@@ -153,7 +120,7 @@ def _shape_of(x: Any) -> Shape:
 
 
 def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
-    """Rule of a unary elementwise op (see the module notes)."""
+    """Rule of a unary elementwise op (its dtype rule is named in the op table)."""
     rule = UNARY_OPS.get(op)
     if rule is None:
         raise ValueError(f"unknown unary op {op!r}")
@@ -165,14 +132,12 @@ def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
     return Elementwise(shape, dtype, dtype)
 
 
-_BINARY_CACHE: dict[tuple[Any, ...], Elementwise] = {}
-_BINARY_LIMIT = 4096  # past it, new operand combinations are not remembered
-_caches.register(
+_BINARY_CACHE = PlanCache(
     "semantics.binary_rules",
-    _BINARY_CACHE,
-    max_entries=_BINARY_LIMIT,
-    description="binary op, operand dtypes and shapes -> result shape and dtypes",
+    4096,
+    "binary op, operand dtypes and shapes -> result shape and dtypes (Elementwise)",
 )
+_binary_rule_of = _BINARY_CACHE.get  # bound once (a dict subclass's method)
 
 
 def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
@@ -184,30 +149,32 @@ def binary(op: str, a: Any, b: Any, name: str | None = None) -> Elementwise:
     if type(getattr(a, "dtype", None)) is dt.DType and type(getattr(b, "dtype", None)) is dt.DType:
         # dtype names, not DTypes: DType.__hash__ is a Python method, a str hash is cached
         key = (op, a.dtype.name, b.dtype.name, a.shape, b.shape)
-        cached = _BINARY_CACHE.get(key)
+        cached = _binary_rule_of(key)
         if cached is not None:
+            _BINARY_CACHE.hits += 1
             return cached
     spec = _binary_rule(op, a, b, name or op)
-    if key is not None and len(_BINARY_CACHE) < _BINARY_LIMIT:
-        _BINARY_CACHE[key] = spec
+    if key is not None:
+        _BINARY_CACHE.remember(key, spec)
     return spec
 
 
 def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
+    rule = BINARY_OPS.get(op)
+    if rule is None:
+        raise ValueError(f"unknown binary op {op!r}")
     compute = dt.result_type(a, b, op=label)
     for x in (a, b):
         dt.check_scalar_fits(x, compute, label)
     shape = _layout.broadcast_shapes(_shape_of(a), _shape_of(b), op=label)
-    if op in COMPARISON_OPS:
+    if rule == "comparison":
         return Elementwise(shape, dt.bool_, compute)
-    if compute is dt.bool_ and op in ("subtract", "power"):
+    if compute is dt.bool_ and rule == "arithmetic_no_bool":
         raise DTypeError(
             f"{label}: not supported for two bool operands; use logical operations or cast first"
         )
-    if op == "divide" and compute.kind != "f":
-        compute = dt.float64
-    if op not in BINARY_OPS:
-        raise ValueError(f"unknown binary op {op!r}")
+    if rule == "float" or (rule == "true_divide" and compute.kind != "f"):
+        compute = float_result(compute) if rule == "float" else dt.float64
     return Elementwise(shape, compute, compute)
 
 

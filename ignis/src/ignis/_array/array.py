@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import _caches
 from .. import _dtypes as dt
+from .._caches import PlanCache
 from .._errors import ShapeError
 from . import _layout
 from ._device import ArrayDevice
@@ -392,7 +392,7 @@ class NvArray:
                     break
             else:
                 key = (shape, self._shape, self._strides, self._dtype.itemsize)
-                hit = _reshapes.get(key)
+                hit = _reshape_of(key)
                 if hit is not None:
                     return self._view(self._offset, hit[0], hit[1])
         dims = _layout.normalize_shape_allow_unknown(shape, "reshape")
@@ -406,9 +406,7 @@ class NvArray:
                 strides = _layout.contiguous_strides(new_shape, self.itemsize)
                 return base._view(base._offset, new_shape, strides)
         if key is not None:
-            if len(_reshapes) >= _CACHE_LIMIT:
-                _reshapes.clear()
-            _reshapes[key] = (new_shape, strides)
+            _reshapes.remember(key, (new_shape, strides))
         return self._view(self._offset, new_shape, strides)
 
     def transpose(self, *axes: Any) -> NvArray:
@@ -539,63 +537,11 @@ class NvArray:
 
     # --- operators -----------------------------------------------------------------------------
 
-    # Binary operators return NotImplemented for an operand of a foreign type (see
-    # ``_ops._foreign``), so that its own reflected method runs: ``nvarray * tensor`` is
-    # ``Tensor.__rmul__``.
-    def __add__(self, other: Any) -> NvArray:
-        return _ops._binary("add", self, other, True)
-
-    def __radd__(self, other: Any) -> NvArray:
-        return _ops._binary("add", other, self, True)
-
-    def __iadd__(self, other: Any) -> NvArray:
-        if _ops._foreign(other):
-            return NotImplemented
-        return _ops._inplace("add", self, other, "__iadd__")
-
-    def __sub__(self, other: Any) -> NvArray:
-        return _ops._binary("subtract", self, other, True)
-
-    def __rsub__(self, other: Any) -> NvArray:
-        return _ops._binary("subtract", other, self, True)
-
-    def __isub__(self, other: Any) -> NvArray:
-        if _ops._foreign(other):
-            return NotImplemented
-        return _ops._inplace("subtract", self, other, "__isub__")
-
-    def __mul__(self, other: Any) -> NvArray:
-        return _ops._binary("multiply", self, other, True)
-
-    def __rmul__(self, other: Any) -> NvArray:
-        return _ops._binary("multiply", other, self, True)
-
-    def __imul__(self, other: Any) -> NvArray:
-        if _ops._foreign(other):
-            return NotImplemented
-        return _ops._inplace("multiply", self, other, "__imul__")
-
-    def __truediv__(self, other: Any) -> NvArray:
-        return _ops._binary("divide", self, other, True)
-
-    def __rtruediv__(self, other: Any) -> NvArray:
-        return _ops._binary("divide", other, self, True)
-
-    def __itruediv__(self, other: Any) -> NvArray:
-        if _ops._foreign(other):
-            return NotImplemented
-        return _ops._inplace("divide", self, other, "__itruediv__")
-
-    def __pow__(self, other: Any) -> NvArray:
-        return _ops._binary("power", self, other, True)
-
-    def __rpow__(self, other: Any) -> NvArray:
-        return _ops._binary("power", other, self, True)
-
-    def __ipow__(self, other: Any) -> NvArray:
-        if _ops._foreign(other):
-            return NotImplemented
-        return _ops._inplace("power", self, other, "__ipow__")
+    # The element-wise operators (``+ - * / ** == != < <= > >=``, their reflected and in-place
+    # forms, unary ``-`` and ``abs()``) and methods (``x.exp()``, ``x.maximum(y)``, ...) come from
+    # the op table (``_op_table``; made in ``_ops``). A binary operator returns NotImplemented
+    # for an operand of a foreign type (see ``_ops._foreign``), so that its own reflected method
+    # runs: ``nvarray * tensor`` is ``Tensor.__rmul__``.
 
     def __matmul__(self, other: Any) -> NvArray:
         if _ops._foreign(other):
@@ -607,38 +553,8 @@ class NvArray:
             return NotImplemented
         return _ops.matmul(other, self)
 
-    def __neg__(self) -> NvArray:
-        return _ops.negative(self)
-
     def __pos__(self) -> NvArray:
         return self.clone()
-
-    def __abs__(self) -> NvArray:
-        return _ops.abs(self)
-
-    # Comparisons: an operand of a foreign type (neither an array nor a value this class knows)
-    # gives NotImplemented, so Python tries the other operand's reflected method.
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        if not _ops._is_operand(other):
-            return NotImplemented
-        return _ops._binary("equal", self, other)
-
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        if not _ops._is_operand(other):
-            return NotImplemented
-        return _ops._binary("not_equal", self, other)
-
-    def __lt__(self, other: Any) -> NvArray:
-        return _ops._binary("less", self, other, True)
-
-    def __le__(self, other: Any) -> NvArray:
-        return _ops._binary("less_equal", self, other, True)
-
-    def __gt__(self, other: Any) -> NvArray:
-        return _ops._binary("greater", self, other, True)
-
-    def __ge__(self, other: Any) -> NvArray:
-        return _ops._binary("greater_equal", self, other, True)
 
     # --- method forms of the functions ---------------------------------------------------------
 
@@ -663,18 +579,6 @@ class NvArray:
 
     def argmin(self, axis: Any = None, keepdims: bool = False) -> NvArray:
         return _ops.argmin(self, axis=axis, keepdims=keepdims)
-
-    def exp(self) -> NvArray:
-        return _ops.exp(self)
-
-    def log(self) -> NvArray:
-        return _ops.log(self)
-
-    def sqrt(self) -> NvArray:
-        return _ops.sqrt(self)
-
-    def abs(self) -> NvArray:
-        return _ops.abs(self)
 
     def clip(self, min: Any = None, max: Any = None) -> NvArray:
         return _ops.clip(self, min, max)
@@ -716,23 +620,21 @@ class NvArray:
 
 
 _new_object = object.__new__
-_CACHE_LIMIT = 4096
-# (request, shape, strides, itemsize) -> (new shape, new strides) of reshapes that gave a view
-_reshapes: dict[tuple[Any, ...], tuple[Shape, Shape]] = {}
-# (axes, ndim) -> the normalized permutation, of valid transpose/permute requests
-_permutations: dict[tuple[Any, ...], tuple[int, ...]] = {}
-_caches.register(
+_reshapes = PlanCache(
     "array.reshapes",
-    _reshapes,
-    max_entries=_CACHE_LIMIT,
-    description="reshape request and layout -> the view's shape and strides",
+    4096,
+    "reshape request and layout -> the view's shape and strides",
+    counts_hits=False,
 )
-_caches.register(
+_permutations = PlanCache(
     "array.permutations",
-    _permutations,
-    max_entries=_CACHE_LIMIT,
-    description="transpose/permute axes and ndim -> the normalized permutation",
+    4096,
+    "transpose/permute axes and ndim -> the normalized permutation",
+    counts_hits=False,
 )
+# Their lookups, bound once: a method of a dict subclass is found through its type on each call.
+_reshape_of = _reshapes.get
+_permutation_of = _permutations.get
 
 
 def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
@@ -745,14 +647,12 @@ def _permutation(axes: Any, ndim: int, op: str) -> tuple[int, ...]:
                 break
         else:
             key = (axes, ndim)
-            hit = _permutations.get(key)
+            hit = _permutation_of(key)
             if hit is not None:
                 return hit
     norm = _check_permutation(axes, ndim, op)
     if key is not None:
-        if len(_permutations) >= _CACHE_LIMIT:
-            _permutations.clear()
-        _permutations[key] = norm
+        _permutations.remember(key, norm)
     return norm
 
 

@@ -218,7 +218,7 @@ class Generator:
         words = (-(-n // 2) * 2 * k) if kind == "normal" else n * k
         start = self._take(words)
         if n:
-            out._backend.random(kind, out, self.seed, start, params)
+            out._backend.kernels.random(kind, out, self.seed, start, params)
         return out
 
     def rand(self, *shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> Any:

@@ -8,19 +8,11 @@ from typing import Any
 from ignis._dtypes import as_dtype
 
 import ignis
-from ignis import DTypeError, NvArray, ShapeError
+from ignis import DTypeError, ShapeError
 
 from ..tensor import Tensor
+from ..tensor import _tensor as as_tensor  # noqa: F401  (re-exported to the layers)
 from .parameter import Parameter
-
-
-def as_tensor(x: Any, op: str) -> Tensor:
-    """``x`` as a Tensor (an NvArray is wrapped as a constant); anything else is a TypeError."""
-    if isinstance(x, Tensor):
-        return x
-    if isinstance(x, NvArray):
-        return Tensor(x)
-    raise TypeError(f"{op}: expected a Tensor or an NvArray, got {type(x).__name__}")
 
 
 def check_last_dim(x: Tensor, size: int, op: str, what: str) -> None:

@@ -6,8 +6,11 @@ Work is queued on the calling thread's current stream of the array's device
 too. Host copies (``to_host``) synchronize that stream.
 
 The hooks are grouped by family, one module each: :mod:`.elementwise` (unary, binary, where,
-copy/cast, fill, arange, random), :mod:`.reduction` (reductions, arg-reductions, softmax) and
-:mod:`.matmul`.
+copy/cast, fill, arange), :mod:`.reduction` (reductions, arg-reductions, softmax) and
+:mod:`.matmul`. The kernel families (``ignis._array._families``) name their CUDA
+implementations by path (:mod:`.attention`, :mod:`.norm_loss`, :mod:`.indexing`, :mod:`.optim`,
+:mod:`.activation`, :mod:`.linear`, ``elementwise.random``); each module is imported when its
+first family runs.
 """
 
 from __future__ import annotations
@@ -143,9 +146,6 @@ class CudaBackend(Backend):
     def arange(self, out: NvArray, start: float, step: float) -> None:
         elementwise.arange(self, out, start, step)
 
-    def random(self, kind: str, out: NvArray, seed: int, offset: int, params: dict[str, Any]) -> None:
-        elementwise.random(self, kind, out, seed, offset, params)
-
     # --- reductions ----------------------------------------------------------------------------
 
     def reduce(self, op: str, out: NvArray, x: NvArray, axes: tuple[int, ...], accumulate: DType,
@@ -165,152 +165,9 @@ class CudaBackend(Backend):
     def matmul(self, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
         matmul.matmul(self, out, a, b, alpha, beta)
 
-    def matmul_bias(self, out: NvArray, a: NvArray, b: NvArray, bias: NvArray) -> None:
-        if not matmul.matmul_bias(self, out, a, b, bias):
-            Backend.matmul_bias(self, out, a, b, bias)
+    # --- kernel families: the ``cuda`` paths of _families, imported on first use -------------
 
-    def matmul_row_sums(self, out: NvArray, sums: NvArray, a: NvArray, b: NvArray) -> None:
-        if not matmul.matmul_row_sums(self, out, sums, a, b):
-            Backend.matmul_row_sums(self, out, sums, a, b)
-
-
-    # --- neural-network families: each section delegates to its family module ------------------
-
-    # --- [indexing]
-
-    from . import indexing as _indexing  # the family module, bound once
-
-    def take(self, out: NvArray, a: NvArray, indices: NvArray) -> None:
-        self._indexing.take(self, out, a, indices)
-
-    def index_add(self, dst: NvArray, indices: NvArray, src: NvArray, alpha: Any,
-                  deterministic: bool) -> None:
-        self._indexing.index_add(self, dst, indices, src, alpha, deterministic)
-
-    def dropout(self, y: NvArray, mask: NvArray, x: NvArray, threshold: int, scale: float,
-                seed: int, offset: int) -> None:
-        self._indexing.dropout(self, y, mask, x, threshold, scale, seed, offset)
-
-    def dropout_backward(self, out: NvArray, grad: NvArray, mask: NvArray, scale: float) -> None:
-        self._indexing.dropout_backward(self, out, grad, mask, scale)
-
-    def rope(self, out: NvArray, x: NvArray, positions: Any, offset: int, base: float,
-             interleaved: bool, inverse: bool) -> None:
-        self._indexing.rope(self, out, x, positions, offset, base, interleaved, inverse)
-
-    # --- [end indexing]
-
-    # --- [norm-loss]
-
-    # Kernels of cuda_src/norm.cu and cuda_src/cross_entropy.cu, planned in .norm_loss
-    # (imported on first use, so a backend that never runs them never loads the module).
-
-    def layer_norm(self, y, mean, rstd, x, weight, bias, eps):
-        from . import norm_loss
-
-        norm_loss.layer_norm(self, y, mean, rstd, x, weight, bias, eps)
-
-    def layer_norm_backward(self, grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight):
-        from . import norm_loss
-
-        norm_loss.layer_norm_backward(
-            self, grad_x, grad_weight, grad_bias, grad_y, x, mean, rstd, weight
-        )
-
-    def rms_norm(self, y, rstd, x, weight, eps):
-        from . import norm_loss
-
-        norm_loss.rms_norm(self, y, rstd, x, weight, eps)
-
-    def rms_norm_backward(self, grad_x, grad_weight, grad_y, x, rstd, weight):
-        from . import norm_loss
-
-        norm_loss.rms_norm_backward(self, grad_x, grad_weight, grad_y, x, rstd, weight)
-
-    def cross_entropy(self, loss, lse, logits, targets, ignore_index, label_smoothing, reduction):
-        from . import norm_loss
-
-        norm_loss.cross_entropy(
-            self, loss, lse, logits, targets, ignore_index, label_smoothing, reduction
-        )
-
-    def cross_entropy_backward(
-        self, grad_logits, grad_loss, logits, targets, lse, ignore_index, label_smoothing, reduction
-    ):
-        from . import norm_loss
-
-        norm_loss.cross_entropy_backward(
-            self, grad_logits, grad_loss, logits, targets, lse, ignore_index, label_smoothing,
-            reduction
-        )
-
-    def softmax_backward(self, grad_x, grad_y, y, log):
-        from . import norm_loss
-
-        norm_loss.softmax_backward(self, grad_x, grad_y, y, log)
-
-    # --- [end norm-loss]
-
-    # --- [attention]
-
-    from . import attention as _attention  # the family module, bound once
-
-    def attention_forward(self, out: NvArray, lse: NvArray, q: NvArray, k: NvArray, v: NvArray,
-                          causal: bool, scale: float) -> None:
-        self._attention.forward(self, out, lse, q, k, v, causal, scale)
-
-    def attention_backward(self, dq: NvArray, dk: NvArray, dv: NvArray, grad_out: NvArray,
-                           q: NvArray, k: NvArray, v: NvArray, out: NvArray, lse: NvArray,
-                           causal: bool, scale: float) -> None:
-        self._attention.backward(self, dq, dk, dv, grad_out, q, k, v, out, lse, causal, scale)
-
-    def decode_attention(self, out: NvArray, q: NvArray, k_cache: NvArray, v_cache: NvArray,
-                         cache_len: int, scale: float) -> None:
-        self._attention.decode(self, out, q, k_cache, v_cache, cache_len, scale)
-
-    # --- [end attention]
-
-    # --- [optim]
-
-    from . import optim as _optim  # the family module, bound once
-
-    def optim_sgd(self, params: Any, grads: Any, momentum_buffers: Any, masters: Any, steps: Any,
-                  lr: Any, found_inf: Any, hyper: dict[str, Any]) -> Any:
-        return self._optim.sgd(self, params, grads, momentum_buffers, masters, steps, lr,
-                               found_inf, hyper)
-
-    def optim_adam(self, params: Any, grads: Any, exp_avgs: Any, exp_avg_sqs: Any,
-                   max_exp_avg_sqs: Any, masters: Any, steps: Any, lr: Any, found_inf: Any,
-                   hyper: dict[str, Any]) -> Any:
-        return self._optim.adam(self, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-                                masters, steps, lr, found_inf, hyper)
-
-    def optim_l2_norm(self, out: Any, tensors: Any) -> None:
-        self._optim.l2_norm(self, out, tensors)
-
-    def optim_scale(self, tensors: Any, factor: Any, mode: int, max_norm: float,
-                    found_inf: Any) -> None:
-        self._optim.scale(self, tensors, factor, mode, max_norm, found_inf)
-
-    def optim_zero(self, tensors: Any) -> None:
-        self._optim.zero(self, tensors)
-
-    def optim_update_scale(self, scale: Any, growth_tracker: Any, found_inf: Any,
-                           growth_factor: float, backoff_factor: float,
-                           growth_interval: int) -> None:
-        self._optim.update_scale(self, scale, growth_tracker, found_inf, growth_factor,
-                                 backoff_factor, growth_interval)
-
-    # --- [end optim]
-
-    # --- [activation]
-
-    from . import activation as _activation  # the family module, bound once
-
-    def activation_backward(self, out: Any, grad: Any, saved: Any, kind: str) -> None:
-        self._activation.activation_backward(self, out, grad, saved, kind)
-
-    # --- [end activation]
+    builtin_families = "cuda"
 
 
 class _ForeignStorage:

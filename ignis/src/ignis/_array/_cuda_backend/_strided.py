@@ -126,9 +126,8 @@ def split_outer(
             return
 
 
-_dividers: dict[int, tuple[int, int]] = {}
-_caches.register(
-    "cuda.strided.dividers", _dividers, description="divisor -> its multiply-shift constants"
+_dividers = _caches.PlanCache(
+    "cuda.strided.dividers", 4096, "divisor -> its multiply-shift constants"
 )
 
 
@@ -138,14 +137,15 @@ def fast_divider(d: int) -> tuple[int, int]:
     ``d`` is in ``[1, 2**31]``. Example: ``fast_divider(1) == (1, 0)``.
     """
     cached = _dividers.get(d)
-    if cached is None:
+    if cached is not None:
+        _dividers.hits += 1
+    else:
         if not 1 <= d <= 2**31:
             raise ValueError(f"fast_divider: divisor must be in [1, 2**31], got {d}")
         shift = (d - 1).bit_length()  # smallest s with 2**s >= d
         magic = ((2**32 * (2**shift - d)) // d) + 1
-        cached = (magic & 0xFFFFFFFF, shift)
-        _dividers[d] = cached
-    return cached
+        cached = _dividers.remember(d, (magic & 0xFFFFFFFF, shift))
+    return cached  # type: ignore[no-any-return]
 
 
 def is_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:

@@ -3,15 +3,18 @@
 
 The front end (``_nn_activation.py``) hands over contiguous arrays of one shape, so a launch is
 one flat pass over ``n`` elements. The kernel moves 16-byte vectors when every operand is aligned
-to its vector, else takes its scalar path. Nothing here synchronizes the host.
+to its vector, else takes its scalar path. The grid cap is the ``activation`` settings'
+``blocks_per_sm`` (``ignis.tuning``). Nothing here synchronizes the host.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
-from ... import _caches
 from ... import _dtypes as dt
+from ... import _tuning
+from ..._caches import PlanCache
 from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
@@ -20,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "activation_backward", "kernel_name", "kernel_names"]
 
 THREADS = 256  # threads per block (activation.cu's act::threads: its launch bound)
-BLOCKS_PER_SM = 16  # grid cap: threads loop over further vectors
 
 #: activation.cu's KIND numbering
 KINDS = {"gelu": 0, "gelu_tanh": 1, "silu": 2, "sigmoid": 3, "tanh": 4, "relu": 5}
@@ -32,23 +34,24 @@ TYPE_PAIRS = tuple((d, d) for d in FLOAT_TYPES) + (
     (dt.bfloat16, dt.float32),
 )
 
-_grid_caps: dict[int, int] = {}
-_names: dict[tuple[Any, ...], str] = {}
-_caches.register("cuda.activation.grid_caps", _grid_caps, description="device -> grid cap")
-_caches.register(
-    "cuda.activation.kernel_names", _names, description="kind and dtypes -> kernel name"
+_grid_caps = PlanCache(
+    "cuda.activation.grid_caps", 64, "(device, activation settings) -> grid cap"
 )
+_names = PlanCache("cuda.activation.kernel_names", 1024, "kind and dtypes -> kernel name")
 
 
 def kernel_name(kind: str, saved: dt.DType, grad: dt.DType, vec: bool) -> str:
     key = (kind, saved, grad, vec)
     name = _names.get(key)
-    if name is None:
-        name = _names[key] = (
+    if name is not None:
+        _names.hits += 1
+    else:
+        name = _names.remember(
+            key,
             f"ignis::act::activation_backward<{CTYPE[saved]}, {CTYPE[grad]}, {KINDS[kind]}, "
-            f"{'true' if vec else 'false'}>"
+            f"{'true' if vec else 'false'}>",
         )
-    return name
+    return name  # type: ignore[no-any-return]
 
 
 def kernel_names() -> list[str]:
@@ -59,11 +62,16 @@ def kernel_names() -> list[str]:
 
 
 def _cap(backend: Any) -> int:
-    ordinal = backend.gpu.ordinal
-    cap = _grid_caps.get(ordinal)
-    if cap is None:
-        cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
-    return cap
+    """The grid cap of the backend's device: its multiprocessors times ``blocks_per_sm``."""
+    tune = _tuning.current.activation
+    key = (backend.gpu.ordinal, tune)
+    cap = _grid_caps.get(key)
+    if cap is not None:
+        _grid_caps.hits += 1
+    else:
+        sms = max(1, int(backend.gpu.multiprocessor_count))
+        cap = _grid_caps.remember(key, sms * tune.blocks_per_sm)
+    return cap  # type: ignore[no-any-return]
 
 
 def activation_backward(
@@ -85,3 +93,9 @@ def activation_backward(
     grid = max(1, min(-(-n // (THREADS * per_thread)), _cap(backend)))
     kernel = library_kernel("activation.cu", kernel_name(kind, sd, gd, vec), backend.gpu)
     kernel.launch(grid, THREADS, [pg, ps, po, n], stream=backend.stream)
+
+
+# The module global this setting replaced keeps reading and setting it (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__], {"BLOCKS_PER_SM": ("activation", "blocks_per_sm")}
+)

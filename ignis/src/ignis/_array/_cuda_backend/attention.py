@@ -7,37 +7,45 @@ contiguous, the batch, head and row strides are passed in one ``Layout`` struct 
 ``lse`` and the float32 scratch rows are contiguous. Rows are copied in 16-byte pieces only
 where the bases and every stride are 16-byte aligned (:func:`_vec`). float16 and
 bfloat16 run the tensor-core kernels, float32 and float64 the scalar ones; each is instantiated
-for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``. The tensor-core forward
-gives each warp :data:`FWD_ROWS_PER_WARP` queries: 32 (two m16 tiles sharing every K and V
+for the smallest padded head dim in :data:`HEAD_DIMS` that holds ``E``.
+
+Which kernels and tiles run is chosen by the ``attention`` settings of ``ignis.tuning``
+(:class:`ignis._tuning.AttentionSettings`), read once per call; the kernel names of a case are
+remembered per (dtype, head dim, causal, settings) in :data:`_plans`. The tensor-core forward
+gives each warp ``fwd_rows_per_warp`` queries: 32 (two m16 tiles sharing every K and V
 fragment, 128 queries per block) by default, 16 (64 per block) for the simpler kernel. On a
 Hopper GPU (compute capability 9.0) at padded head dims 64 and 128 the forward and the fused
 backward are instead ``flash_fwd_wgmma`` and ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
-warpgroup MMA, :data:`FWD_WGMMA`, :data:`BWD_WGMMA`), whose q, k, v and grad_out tiles the TMA
-unit copies through tensor maps (:func:`_tma_map`; where TMA cannot read an operand, see
-:func:`_tma_ready`, the ``mma.sync`` kernels run instead). The backward pass starts with
-``D = rowsum(dO * O)``. With :data:`BWD_FUSED_DQ` (the default) the tensor-core backward is
-then one pass over key blocks that writes dK and dV and adds dQ into a zero-filled float32
-buffer with atomics (five matrix products per tile pair instead of seven),
-and a last launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the
-atomics. Without it, dK/dV per key block and dQ per query block are two passes
-(deterministic). Both take the dK/dV tiles (keys per block, queries per tile, warps) of the
-:data:`BWD_TILE_VARIANTS` entry that :data:`BWD_TILES` names. float32 / float64 run the
-register-tiled scalar kernels (``flash_*_simt_tiled``: tiles per (dtype, head dim) in
-:data:`SIMT_TILES`) unless :data:`SIMT_TILED` is False, which selects the first scalar kernels
-(``flash_*_simt``). Their backward is the same two passes, or with :data:`SIMT_FUSED_DQ` one
-pass over key blocks that adds dQ into a zero-filled buffer of the input's dtype with atomics,
-then the same last launch. The tensor-core kernels copy the next tiles with ``cp.async`` into a
-second shared-memory buffer while they compute on the first. Decode attention splits the cache
-over enough blocks to fill the GPU and merges the partial softmax states in a second launch.
+warpgroup MMA, settings ``fwd_wgmma``, ``bwd_wgmma``, tiles ``wgmma_tiles``), whose q, k, v and
+grad_out tiles the TMA unit copies through tensor maps (:func:`_tma_map`; where TMA cannot read
+an operand, see :func:`_tma_ready`, the ``mma.sync`` kernels run instead). The backward pass
+starts with ``D = rowsum(dO * O)``. With ``bwd_fused_dq`` (the default) the tensor-core
+backward is then one pass over key blocks that writes dK and dV and adds dQ into a zero-filled
+float32 buffer with atomics (five matrix products per tile pair instead of seven), and a last
+launch scales and rounds dQ; the float32 sums of dQ then depend on the order of the atomics.
+Without it, dK/dV per key block and dQ per query block are two passes (deterministic). Both take
+the dK/dV tiles (keys per block, queries per tile, warps) of the :data:`BWD_TILE_VARIANTS` entry
+that ``bwd_tiles`` names. float32 / float64 run the register-tiled scalar kernels
+(``flash_*_simt_tiled``: tiles per (dtype, head dim) in ``simt_tiles``) unless ``simt_tiled``
+is False, which selects the first scalar kernels (``flash_*_simt``). Their backward is the same
+two passes, or with ``simt_fused_dq`` one pass over key blocks that adds dQ into a zero-filled
+buffer of the input's dtype with atomics, then the same last launch. The tensor-core kernels
+copy the next tiles with ``cp.async`` into a second shared-memory buffer while they compute on
+the first. Decode attention splits the cache over enough blocks to fill the GPU and merges the
+partial softmax states in a second launch.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, NamedTuple
+import sys
+from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
 from ... import _tensor_map as tensor_map
+from ... import _tuning
+from ..._caches import PlanCache
+from ..._tuning import BWD_TILE_VARIANTS, AttentionSettings, BwdTiles
 from ._kernels import CTYPE, library_kernel
 from .reduction import _temp
 
@@ -52,19 +60,12 @@ __all__ = [
     "layout",
     "LAYOUT",
     "HEAD_DIMS",
-    "FWD_ROWS_PER_WARP",
-    "FWD_WGMMA",
-    "BWD_FUSED_DQ",
-    "BWD_TILES",
-    "BWD_TILES_AUTO",
     "BWD_TILE_VARIANTS",
     "BwdTiles",
-    "SIMT_TILED",
-    "SIMT_FUSED_DQ",
-    "SIMT_TILES",
 ]
 
 SOURCE = "attention.cu"
+SOURCE_SM90 = "attention_sm90.cu"
 HEAD_DIMS = (32, 64, 96, 128)
 LOG2E = 1.4426950408889634
 MAX_GRID_Y = 65535
@@ -74,141 +75,26 @@ _TC = ("float16", "bfloat16")
 # Tile shapes of the kernels (must match attention.cu).
 _TC_THREADS, _SIMT_THREADS, _SIMT_B = 128, 256, 32
 _FWD_BN = 64
-#: Queries per warp of the tensor-core forward: 32 runs ``flash_fwd_tc_m32`` (128 per block),
-#: 16 the fallback ``flash_fwd_tc`` (64 per block). Either gives the same results up to rounding.
-FWD_ROWS_PER_WARP = 32
-#: float16 / bfloat16 forward on a GPU of compute capability 9.0 (Hopper) at padded head dims 64
-#: and 128: True runs ``flash_fwd_wgmma`` (``attention_sm90.cu``, warpgroup MMA, built for
-#: sm_90a; tiles in :data:`WGMMA_TILES`), False the ``mma.sync`` kernels as on other GPUs. Both
-#: give the same results up to float32 summation order.
-FWD_WGMMA = True
-SOURCE_SM90 = "attention_sm90.cu"
-#: Tiles of ``flash_fwd_wgmma`` by padded head dim: (warpgroups per block, 64 queries each;
-#: keys per tile). The fastest on an H200: three warpgroups at head dim 64 (up to 1.16x two),
-#: two at 128 (three would spill).
-WGMMA_TILES = {64: (3, 128), 128: (2, 128)}
-#: Causal forwards of few queries: padded head dim -> (most queries, tiles) replacing
-#: :data:`WGMMA_TILES`. Smaller query tiles put less of each block's work on the masked
-#: diagonal: on an H200 two warpgroups at head dim 64 gave 182 TFLOP/s at 16x32x1024x64 causal
-#: against 160 with three, while at 4096 queries three stayed faster (283 against 269).
-WGMMA_SHORT_CAUSAL_TILES = {64: (2048, (2, 128))}
-#: float16 / bfloat16 fused backward (:data:`BWD_FUSED_DQ`) on a GPU of compute capability 9.0 at
-#: padded head dims 64 and 128: True runs ``flash_bwd_fused_wgmma`` (``attention_sm90.cu``,
-#: warpgroup MMA; 128 keys per block of two warpgroups, 64-query tiles), False the
-#: ``mma.sync`` kernel of :data:`BWD_TILES`. They differ in speed and in the order of dQ's
-#: float32 atomics only.
-BWD_WGMMA = True
+# Padded head dims of the Hopper kernels (attention_sm90.cu's static_asserts on D).
+_WGMMA_HEAD_DIMS = (64, 128)
 _WG_BWD_KEYS, _WG_BWD_QUERIES = 128, 64
 # flash_fwd_wgmma's K and V tile buffers (FWD_KBUF, FWD_VBUF in attention_sm90.cu) and the bytes
 # of its 11 mbarriers, rounded up
 _WG_FWD_KBUF, _WG_FWD_VBUF, _WG_FWD_BARRIERS = 2, 3, 128
-#: float16 / bfloat16 backward: True runs the fused pass (dQ by float32 atomics), False the
-#: deterministic dK/dV + dQ passes.
-BWD_FUSED_DQ = True
-
-
-class BwdTiles(NamedTuple):
-    """A tile variant of the float16 / bfloat16 dK/dV and fused backward kernels
-    (``flash_bwd_dkdv_tc`` / ``flash_bwd_fused_tc``; its template arguments after T, D, CAUSAL).
-
-    Attributes:
-        keys: keys per block, 16 per warp (so ``keys // 16`` warps).
-        queries: queries per streamed tile (a multiple of 16; its 16-row tiles divide the warps).
-        min_blocks: the launch bounds' minimum blocks per SM at head dims <= 64, which caps
-            ptxas's registers (0: none asked; always none above 64, where the dK and dV
-            accumulators alone take 128 registers).
-        kv_regs: at head dims <= 64 each warp keeps its K and V A fragments in registers.
-        red_pairs: dQ added in column pairs by one vector reduction each (sm_90).
-    """
-
-    keys: int
-    queries: int
-    min_blocks: int = 0
-    kv_regs: bool = False
-    red_pairs: bool = False
-
-    @property
-    def threads(self) -> int:
-        return self.keys // 16 * 32
-
-    def template_args(self, d: int) -> str:
-        """The kernels' tile arguments at padded head dim ``d``."""
-        minb = self.min_blocks if d <= 64 else 0
-        flags = ", ".join("true" if f else "false" for f in (self.kv_regs, self.red_pairs))
-        return f"{self.keys}, {self.queries}, {minb}, {flags}"
-
-
-#: The tile variants of the float16 / bfloat16 dK/dV and fused backward, by name: k<keys per
-#: block>q<queries per tile>w<warps>, then -b2 (two blocks per SM asked at head dims <= 64),
-#: -kv (K and V fragments in registers at head dims <= 64), -red2 (dQ by paired reductions).
-#: All give the same results up to the order of dQ's float32 atomics; see attention.cu's
-#: tensor-core backward section for their registers and occupancy.
-BWD_TILE_VARIANTS: dict[str, BwdTiles] = {
-    "k64q32w4": BwdTiles(64, 32),
-    "k128q32w8": BwdTiles(128, 32),
-    "k128q64w8": BwdTiles(128, 64),
-    "k128q32w8-b2-red2": BwdTiles(128, 32, min_blocks=2, red_pairs=True),
-    "k128q64w8-kv-red2": BwdTiles(128, 64, kv_regs=True, red_pairs=True),
-}
-#: What :data:`BWD_TILES` = "auto" runs at each padded head dim: the fastest fused backward on
-#: an H200 (``benchmarks/attention.py``; 1.3-1.6x the k64q32w4 tiles at head dims 64 and 128).
-BWD_TILES_AUTO = {
-    32: "k128q32w8-b2-red2",
-    64: "k128q32w8-b2-red2",
-    96: "k128q64w8-kv-red2",
-    128: "k128q64w8-kv-red2",
-}
-#: The :data:`BWD_TILE_VARIANTS` entry both float16 / bfloat16 backward paths use, or "auto"
-#: (:data:`BWD_TILES_AUTO` by head dim).
-BWD_TILES = "auto"
 _DQ_BM, _DQ_BN = 64, 32
 _DECODE_THREADS, _DECODE_MIN_CHUNK = 128, 64
-
-#: float32 / float64: True runs the register-tiled scalar kernels, False the first ones
-#: (32 x 32 tiles, a row per warp); both are exact in the dtype and deterministic (the tiled
-#: backward unless :data:`SIMT_FUSED_DQ`).
-SIMT_TILED = True
-#: float32 / float64 backward with the register-tiled kernels: True runs the fused pass
-#: (``flash_bwd_fused_simt_tiled``: dK and dV per key block, and dQ = dS K added with atomics
-#: into a zero-filled float32 / float64 buffer, then scaled into dq by ``attn_dq_finish``),
-#: which recomputes the scores and probabilities once instead of twice. Its dQ sums then depend
-#: on the order of the atomics, so dq is not bit-for-bit reproducible from run to run
-#: (deterministic=False semantics; the rounding error is of the two passes' size; dk and dv
-#: are unaffected). False (the default): the deterministic dK/dV + dQ passes.
-SIMT_FUSED_DQ = False
 _TILED_THREADS = 256
-#: Tiles of the register-tiled scalar kernels per (dtype, padded head dim 64 or 128):
-#: kernel -> (rows per block, rows per streamed tile, stages, launch-bounds minimum blocks).
-#: Rows per block are queries for "fwd" and "dq", keys for "dkdv" and "fused" (the fused
-#: backward, :data:`SIMT_FUSED_DQ`). Chosen so that the double-buffered float32 tiles leave room
-#: for two blocks per SM (227 KiB of shared memory, 128 registers per thread), except the
-#: float32 dK/dV and fused passes at head dim 128 (64 accumulators).
-SIMT_TILES: dict[tuple[str, int], dict[str, tuple[int, int, int, int]]] = {
-    ("float32", 64): {
-        "fwd": (64, 64, 2, 2),
-        "dq": (64, 32, 2, 2),
-        "dkdv": (64, 32, 2, 2),
-        "fused": (64, 32, 2, 2),
-    },
-    ("float32", 128): {
-        "fwd": (64, 32, 2, 2),
-        "dq": (64, 32, 1, 2),
-        "dkdv": (64, 32, 1, 1),
-        "fused": (64, 32, 1, 1),
-    },
-    ("float64", 64): {
-        "fwd": (64, 32, 1, 1),
-        "dq": (64, 32, 1, 1),
-        "dkdv": (64, 32, 1, 1),
-        "fused": (64, 32, 1, 1),
-    },
-    ("float64", 128): {
-        "fwd": (32, 32, 1, 1),
-        "dq": (32, 32, 1, 1),
-        "dkdv": (32, 32, 1, 1),
-        "fused": (32, 32, 1, 1),
-    },
-}
+
+# Kernel names of a case, by (dtype, head dim, causal, the attention settings).
+_plans = PlanCache(
+    "cuda.attention.plans",
+    1024,
+    "dtype, head dim, causal and the attention settings -> the case's kernel names",
+)
+
+
+def _settings(tune: AttentionSettings | None) -> AttentionSettings:
+    return _tuning.current.attention if tune is None else tune
 
 
 def padded_head_dim(e: int) -> int:
@@ -226,11 +112,14 @@ def tiled_head_dim(e: int) -> int:
     return 64 if e <= 64 else 128
 
 
-def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
+def tiled_kernel_names(
+    dtype: str, e: int, causal: bool, tune: AttentionSettings | None = None
+) -> dict[str, str]:
     """Name expressions of the register-tiled scalar kernels (float32 / float64): "fwd",
-    "dkdv", "dq", and "fused" and "dq_finish" of the fused backward (:data:`SIMT_FUSED_DQ`)."""
+    "dkdv", "dq", and "fused" and "dq_finish" of the fused backward (``simt_fused_dq``), with
+    the ``simt_tiles`` of ``tune`` (default: the attention settings in force)."""
     t, d, c = CTYPE[dtype], tiled_head_dim(e), "true" if causal else "false"
-    tiles = SIMT_TILES[(dtype, d)]
+    tiles = _settings(tune).simt_tiles[(dtype, d)]
     kinds = (("fwd", "fwd"), ("dkdv", "bwd_dkdv"), ("dq", "bwd_dq"), ("fused", "bwd_fused"))
     names = {
         kind: f"ignis::attn::flash_{what}_simt_tiled<{t}, {d}, {c}, {a}, {b}, {st}, {minb}>"
@@ -241,14 +130,16 @@ def tiled_kernel_names(dtype: str, e: int, causal: bool) -> dict[str, str]:
     return names
 
 
-def bwd_tiles(name: str | None, d: int) -> BwdTiles:
-    """The tile variant ``name`` (None: :data:`BWD_TILES`) of :data:`BWD_TILE_VARIANTS` at
-    padded head dim ``d``: "auto" picks :data:`BWD_TILES_AUTO`'s."""
-    name = BWD_TILES if name is None else name
-    tiles = BWD_TILE_VARIANTS.get(BWD_TILES_AUTO[d] if name == "auto" else name)
+def bwd_tiles(name: str | None, d: int, tune: AttentionSettings | None = None) -> BwdTiles:
+    """The tile variant ``name`` (None: the ``bwd_tiles`` setting of ``tune``, default the
+    attention settings in force) of :data:`BWD_TILE_VARIANTS` at padded head dim ``d``:
+    "auto" picks ``bwd_tiles_auto``'s."""
+    tune = _settings(tune)
+    name = tune.bwd_tiles if name is None else name
+    tiles = BWD_TILE_VARIANTS.get(tune.bwd_tiles_auto[d] if name == "auto" else name)
     if tiles is None:
         raise ValueError(
-            f"attention: BWD_TILES is {name!r}; expected 'auto' or one of "
+            f"attention: bwd_tiles is {name!r}; expected 'auto' or one of "
             f"{', '.join(BWD_TILE_VARIANTS)}"
         )
     return tiles
@@ -264,18 +155,36 @@ def dkdv_smem(tiles: BwdTiles, d: int, fused: bool) -> int:
     return elems * 2 + 4 * m * 4
 
 
+def _names(dtype: str, e: int, causal: bool, tune: AttentionSettings) -> dict[str, str]:
+    """:func:`kernel_names` of a case under ``tune``, remembered (a plan of :data:`_plans`)."""
+    key = (dtype, e, causal, tune)
+    names = _plans.get(key)
+    if names is None:
+        return _plans.remember(key, kernel_names(dtype, e, causal, None, tune))  # type: ignore[return-value]
+    _plans.hits += 1
+    return names
+
+
 def kernel_names(
-    dtype: str, e: int, causal: bool, bwd_tile_variant: str | None = None
+    dtype: str,
+    e: int,
+    causal: bool,
+    bwd_tile_variant: str | None = None,
+    tune: AttentionSettings | None = None,
 ) -> dict[str, str]:
-    """Name expressions of the kernels one (dtype, head dim, causal) case uses; the 16-bit
-    backward's with the tiles of ``bwd_tile_variant`` (default: :data:`BWD_TILES`).
+    """Name expressions of the kernels one (dtype, head dim, causal) case uses under the
+    attention settings ``tune`` (default: those in force; pure, no GPU needed); the 16-bit
+    backward's with the tiles of ``bwd_tile_variant`` (default: the ``bwd_tiles`` setting).
 
     float16 / bfloat16 also get ``"fwd_alt"``: the tensor-core forward that
-    :data:`FWD_ROWS_PER_WARP` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
-    backward (see :data:`BWD_FUSED_DQ`). float32 / float64 also get ``"fwd_alt"``,
-    ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels :data:`SIMT_TILED` does not select, and
-    ``"bwd_fused"`` and ``"dq_finish"``: the fused tiled backward (:data:`SIMT_FUSED_DQ`).
+    ``fwd_rows_per_warp`` does not select, ``"bwd_fused"`` and ``"dq_finish"``: the fused
+    backward (see ``bwd_fused_dq``). float32 / float64 also get ``"fwd_alt"``,
+    ``"dkdv_alt"`` and ``"dq_alt"``: the scalar kernels ``simt_tiled`` does not select, and
+    ``"bwd_fused"`` and ``"dq_finish"``: the fused tiled backward (``simt_fused_dq``).
+
+    Example: ``kernel_names("float32", 64, False)["fwd"]`` names ``flash_fwd_simt_tiled``.
     """
+    tune = _settings(tune)
     t, d, c = CTYPE[dtype], padded_head_dim(e), "true" if causal else "false"
     kind = "tc" if dtype in _TC else "simt"
     acc = "double" if dtype == "float64" else "float"
@@ -285,19 +194,19 @@ def kernel_names(
     extra = {}
     if kind == "tc":
         wide = f"ignis::attn::flash_fwd_tc_m32<{t}, {d}, {c}>"
-        fwd, extra["fwd_alt"] = (wide, fwd) if FWD_ROWS_PER_WARP == 32 else (fwd, wide)
-        tiles = bwd_tiles(bwd_tile_variant, d).template_args(d)
+        fwd, extra["fwd_alt"] = (wide, fwd) if tune.fwd_rows_per_warp == 32 else (fwd, wide)
+        tiles = bwd_tiles(bwd_tile_variant, d, tune).template_args(d)
         dkdv = f"ignis::attn::flash_bwd_dkdv_tc<{t}, {d}, {c}, {tiles}>"
         extra["bwd_fused"] = f"ignis::attn::flash_bwd_fused_tc<{t}, {d}, {c}, {tiles}>"
         extra["dq_finish"] = f"ignis::attn::attn_dq_finish<{t}>"
-        if d in WGMMA_TILES:  # (the Hopper forward's tiles depend on the call: wgmma_fwd_name)
+        if d in _WGMMA_HEAD_DIMS:  # (the Hopper forward's tiles depend on the call)
             extra["bwd_fused_wgmma"] = (
                 f"ignis::attn::flash_bwd_fused_wgmma<{t}, {d}, {c}, {_WG_BWD_QUERIES}>"
             )
     else:
-        tiled = tiled_kernel_names(dtype, e, causal)
+        tiled = tiled_kernel_names(dtype, e, causal, tune)
         old = {"fwd": fwd, "dkdv": dkdv, "dq": dq}
-        new, alt = (tiled, old) if SIMT_TILED else (old, tiled)
+        new, alt = (tiled, old) if tune.simt_tiled else (old, tiled)
         fwd, dkdv, dq = new["fwd"], new["dkdv"], new["dq"]
         extra = {f"{key}_alt": alt[key] for key in ("fwd", "dkdv", "dq")}
         extra["bwd_fused"], extra["dq_finish"] = tiled["fused"], tiled["dq_finish"]
@@ -364,24 +273,31 @@ def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], sme
     kernel.launch(grid, block, args, shared_mem=smem, stream=backend.stream)
 
 
-def uses_wgmma_forward(dtype: str, e: int, device: Any) -> bool:
+def uses_wgmma_forward(
+    dtype: str, e: int, device: Any, tune: AttentionSettings | None = None
+) -> bool:
     """Whether the forward of (dtype, head dim ``e``) on ``device`` runs ``flash_fwd_wgmma``:
-    float16 / bfloat16, padded head dim 64 or 128, compute capability 9.0 and
-    :data:`FWD_WGMMA` (for operands TMA can read: :func:`_tma_ready`)."""
-    return FWD_WGMMA and _hopper_case(dtype, e, device)
+    float16 / bfloat16, padded head dim 64 or 128, compute capability 9.0 and the
+    ``fwd_wgmma`` setting (for operands TMA can read: :func:`_tma_ready`)."""
+    return _settings(tune).fwd_wgmma and _hopper_case(dtype, e, device)
 
 
 def _hopper_case(dtype: str, e: int, device: Any) -> bool:
     """float16 / bfloat16 at padded head dim 64 or 128 on compute capability 9.0."""
     return (
-        dtype in _TC and padded_head_dim(e) in WGMMA_TILES and device.compute_capability == (9, 0)
+        dtype in _TC
+        and padded_head_dim(e) in _WGMMA_HEAD_DIMS
+        and device.compute_capability == (9, 0)
     )
 
 
-def uses_wgmma_backward(dtype: str, e: int, device: Any) -> bool:
+def uses_wgmma_backward(
+    dtype: str, e: int, device: Any, tune: AttentionSettings | None = None
+) -> bool:
     """Whether the fused backward of (dtype, head dim ``e``) on ``device`` runs
-    ``flash_bwd_fused_wgmma`` (:data:`BWD_WGMMA`; the cases of :func:`uses_wgmma_forward`)."""
-    return BWD_WGMMA and _hopper_case(dtype, e, device)
+    ``flash_bwd_fused_wgmma`` (the ``bwd_wgmma`` setting; the cases of
+    :func:`uses_wgmma_forward`)."""
+    return _settings(tune).bwd_wgmma and _hopper_case(dtype, e, device)
 
 
 def wgmma_bwd_smem(d: int) -> int:
@@ -392,13 +308,19 @@ def wgmma_bwd_smem(d: int) -> int:
     return 1024 + (2 * n * d + 4 * m * d + n * m) * 2 + 4 * m * 4 + 64
 
 
-def wgmma_fwd_tiles(d: int, causal: bool, n_q: int) -> tuple[int, int]:
+def wgmma_fwd_tiles(
+    d: int, causal: bool, n_q: int, tune: AttentionSettings | None = None
+) -> tuple[int, int]:
     """(warpgroups per block, keys per tile) of ``flash_fwd_wgmma`` at padded head dim ``d`` for
-    ``n_q`` queries: :data:`WGMMA_TILES`, or :data:`WGMMA_SHORT_CAUSAL_TILES` where they apply."""
-    short = WGMMA_SHORT_CAUSAL_TILES.get(d)
+    ``n_q`` queries under ``tune`` (default: the attention settings in force): its
+    ``wgmma_tiles``, or ``wgmma_short_causal_tiles`` where they apply (pure, no GPU needed).
+
+    Example: ``wgmma_fwd_tiles(64, True, 1024) == (2, 128)`` with the defaults."""
+    tune = _settings(tune)
+    short = tune.wgmma_short_causal_tiles.get(d)
     if causal and short is not None and n_q <= short[0]:
         return short[1]
-    return WGMMA_TILES[d]
+    return tune.wgmma_tiles[d]
 
 
 def wgmma_fwd_name(dtype: str, d: int, causal: bool, tiles: tuple[int, int]) -> str:
@@ -467,11 +389,12 @@ def _vec_simt(e: int, itemsize: int, *arrays: NvArray) -> int:
     return int(all(_aligned16(a) for a in arrays))
 
 
-def tiled_smem(dtype: str, e: int, kind: str) -> int:
+def tiled_smem(dtype: str, e: int, kind: str, tune: AttentionSettings | None = None) -> int:
     """Dynamic shared memory (bytes) of a register-tiled scalar kernel ("fwd", "dq", "dkdv",
-    "fused"); the kernels trap when given less."""
+    "fused") with the ``simt_tiles`` of ``tune`` (default: the attention settings in force);
+    the kernels trap when given less."""
     d = tiled_head_dim(e)
-    a, b, st, _ = SIMT_TILES[(dtype, d)][kind]
+    a, b, st, _ = _settings(tune).simt_tiles[(dtype, d)][kind]
     ld, size = d + 4, 8 if dtype == "float64" else 4
     if kind == "fwd":  # Q tile, K and V tiles per stage, the probability tile
         n = a * ld + 2 * st * b * ld + a * (b + 4)
@@ -498,12 +421,13 @@ def forward(
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
     _check_heads(bh)
-    names = kernel_names(q.dtype.name, e, causal)
+    tune = _tuning.current.attention  # read once: the names and the launch shapes must agree
+    names = _names(q.dtype.name, e, causal, tune)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out)
-    wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu) and _tma_ready(e, q, k, v)
+    wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu, tune) and _tma_ready(e, q, k, v)
     if wgmma:
-        tiles = wgmma_fwd_tiles(d, causal, n_q)
+        tiles = wgmma_fwd_tiles(d, causal, n_q, tune)
         groups, keys = tiles
         maps = [_tma_map(backend, a, rows) for a, rows in ((q, 64 * groups), (k, keys), (v, keys))]
     for bh0, count in _bh_chunks(bh):
@@ -513,7 +437,7 @@ def forward(
             name = wgmma_fwd_name(q.dtype.name, d, causal, tiles)
             _launch(backend, name, grid, 128 * groups, args, wgmma_fwd_smem(d, tiles))
         elif q.dtype.name in _TC:
-            bm = 4 * FWD_ROWS_PER_WARP  # 4 warps
+            bm = 4 * tune.fwd_rows_per_warp  # 4 warps
             # K and V tiles, two buffers each; the 32-row kernel also stages the Q tile
             smem = (4 * _FWD_BN + (bm if bm == 128 else 0)) * (d + 8) * 2
             args = [
@@ -531,9 +455,9 @@ def forward(
                 lay,
             ]
             _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
-        elif SIMT_TILED:
-            bm = SIMT_TILES[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
-            smem = tiled_smem(q.dtype.name, e, "fwd")
+        elif tune.simt_tiled:
+            bm = tune.simt_tiles[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
+            smem = tiled_smem(q.dtype.name, e, "fwd", tune)
             vec = _vec_simt(e, q.dtype.itemsize, q, k, v)
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, vec]
             args += [bh0, lay]
@@ -563,9 +487,9 @@ def backward(
     bh, d = b * h, padded_head_dim(e)
     _check_heads(bh)
     tc = q.dtype.name in _TC
-    variant = BWD_TILES  # read once: the names and the launch shapes must agree
-    tiles = bwd_tiles(variant, d) if tc else None
-    names = kernel_names(q.dtype.name, e, causal, variant)
+    tune = _tuning.current.attention  # read once: the names and the launch shapes must agree
+    tiles = bwd_tiles(None, d, tune) if tc else None
+    names = _names(q.dtype.name, e, causal, tune)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out, grad_out, dq, dk, dv)
     rows = bh * n_q
@@ -577,12 +501,14 @@ def backward(
         256,
         [ptr(grad_out), ptr(out), ptr(dvec), rows, n_q, e, lay],
     )
-    if tc and BWD_FUSED_DQ:
-        _backward_fused(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, tiles, scale, lay)
+    if tc and tune.bwd_fused_dq:
+        _backward_fused(
+            backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, tiles, scale, lay, tune
+        )
         return
-    if not tc and SIMT_TILED:
-        run = _backward_tiled_fused if SIMT_FUSED_DQ else _backward_tiled
-        run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay)
+    if not tc and tune.simt_tiled:
+        run = _backward_tiled_fused if tune.simt_fused_dq else _backward_tiled
+        run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay, tune)
         return
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     for bh0, count in _bh_chunks(bh):
@@ -655,6 +581,7 @@ def _backward_fused(
     tiles: BwdTiles,
     scale: float,
     lay: bytes,
+    tune: AttentionSettings,
 ) -> None:
     """dK, dV and float32 dQ sums in one pass over key blocks of ``tiles``, then dQ scaled and
     rounded."""
@@ -666,7 +593,8 @@ def _backward_fused(
     dq_acc = _temp(backend, (n,), dt.float32)
     backend.fill(dq_acc, 0.0)
     sizes = [n_q, n_k, e, scale, scale * LOG2E]
-    if uses_wgmma_backward(q.dtype.name, e, backend.gpu) and _tma_ready(e, q, k, v, grad_out):
+    wgmma = uses_wgmma_backward(q.dtype.name, e, backend.gpu, tune)
+    if wgmma and _tma_ready(e, q, k, v, grad_out):
         # q, k, v, grad_out as tensor maps (boxes of one query / key tile); no vec flag
         n, m = _WG_BWD_KEYS, _WG_BWD_QUERIES
         inputs = [_tma_map(backend, q, m), _tma_map(backend, k, n), _tma_map(backend, v, n)]
@@ -698,17 +626,18 @@ def _backward_tiled(
     names: dict[str, str],
     scale: float,
     lay: bytes,
+    tune: AttentionSettings,
 ) -> None:
     """float32 / float64: dK and dV per key block, then dQ per query block (register-tiled)."""
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     dtype = q.dtype.name
-    tiles = SIMT_TILES[(dtype, tiled_head_dim(e))]
+    tiles = tune.simt_tiles[(dtype, tiled_head_dim(e))]
     ptr = backend.data_ptr
     vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
     common = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
-    smem_kv, smem_q = tiled_smem(dtype, e, "dkdv"), tiled_smem(dtype, e, "dq")
+    smem_kv, smem_q = tiled_smem(dtype, e, "dkdv", tune), tiled_smem(dtype, e, "dq", tune)
     for bh0, count in _bh_chunks(b * h):
         grid = (_ceil(n_k, tiles["dkdv"][0]), count)
         args = [*common, ptr(dk), ptr(dv), *sizes, bh0, lay]
@@ -732,19 +661,20 @@ def _backward_tiled_fused(
     names: dict[str, str],
     scale: float,
     lay: bytes,
+    tune: AttentionSettings,
 ) -> None:
     """float32 / float64: dK, dV and dQ sums (in the dtype, by atomics) in one pass over key
     blocks (register-tiled), then dQ scaled into place."""
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     dtype = q.dtype.name
-    bm = SIMT_TILES[(dtype, tiled_head_dim(e))]["fused"][0]
+    bm = tune.simt_tiles[(dtype, tiled_head_dim(e))]["fused"][0]
     ptr = backend.data_ptr
     rows = b * h * n_q
     dq_acc = _temp(backend, (rows * e,), q.dtype)
     backend.fill(dq_acc, 0.0)
     vec = _vec_simt(e, q.dtype.itemsize, q, k, v, grad_out)
-    smem = tiled_smem(dtype, e, "fused")
+    smem = tiled_smem(dtype, e, "fused", tune)
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     for bh0, count in _bh_chunks(b * h):
@@ -773,7 +703,7 @@ def decode(
     b, h, _, e = q.shape
     s_max = k_cache.shape[2]
     bh, d = b * h, padded_head_dim(e)
-    names = kernel_names(q.dtype.name, e, False)
+    names = _names(q.dtype.name, e, False, _tuning.current.attention)
     acc = dt.float64 if q.dtype == dt.float64 else dt.float32
     splits, chunk = decode_splits(bh, cache_len, backend.gpu.multiprocessor_count)
     ptr = backend.data_ptr
@@ -810,3 +740,25 @@ def decode(
             _DECODE_THREADS,
             [ptr(part_m) + po, ptr(part_l) + po, ptr(part_o) + po * d, ptr(out) + qo, splits, d, e],
         )
+
+
+# The module globals these settings replaced keep reading and setting them (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__],
+    {
+        name.upper(): ("attention", name)
+        for name in (
+            "fwd_rows_per_warp",
+            "fwd_wgmma",
+            "wgmma_tiles",
+            "wgmma_short_causal_tiles",
+            "bwd_wgmma",
+            "bwd_fused_dq",
+            "bwd_tiles",
+            "bwd_tiles_auto",
+            "simt_tiled",
+            "simt_fused_dq",
+            "simt_tiles",
+        )
+    },
+)

@@ -13,15 +13,18 @@ only. It returns None, and the front end takes its general path, for operands wh
 are not the ones it was made for (views).
 
 Element-wise ops (binary, binary with a scalar, unary): the function is generated as one
-Python function (see ignis._codegen), because every call it would make costs the op a few
-percent of its host time (more with the real driver than a bare loop shows). It runs inline:
-``ignis._memory.RESULT_BLOCK_LINES`` (the result's block), ``_creation.adopt_lines`` (the
-result array) and the kernel's prepared launch (``Kernel._prepared_lines``) for the case where
-every address is on a 16-byte boundary (vectors: the case of blocks from the memory pool). That
-kernel is compiled, if it is not yet, when the function is made. Operands off that boundary (a
-view ``a[1:]``) take the prepared launch of the scalar kernel (``elementwise._kernels``, kept
-once it exists) or, the first time, ``elementwise.unary`` / ``binary``, which launches through
-``Kernel.launch`` (validating the configuration) and prepares it.
+Python function, because every call it would make costs the op a few percent of its host time
+(more with the real driver than a bare loop shows). It runs the functions of the general path
+inline, their bodies taken from their source (ignis._codegen.Inliner), so that the two paths
+cannot drift apart: ``ignis._memory._result_block`` (the result's block), ``_creation.adopt``
+(the result array) and the kernel's prepared launch (``Kernel._prepared``) for the case where
+every address is on a 16-byte boundary (vectors: the case of blocks from the memory pool).
+That kernel is compiled, if it is not yet, when the function is made. Operands off that
+boundary (a view ``a[1:]``) take the prepared launch of the scalar kernel
+(``elementwise._kernels``, kept once it exists) or, the first time, ``elementwise.unary`` /
+``binary``, which launches through ``Kernel.launch`` (validating the configuration) and
+prepares it. tests/ignis/runtime/test_fast_path_agreement.py checks, for every op of the op
+table, that both paths hand the driver the same calls.
 
 Full reductions (sum, mean, max, min over every axis of a dense array): the first call of an
 alignment case runs ``reduction.reduce``, which plans (or replays) the reduction and returns
@@ -35,8 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..._codegen import build_function, merged_names
-from ..._memory import RESULT_BLOCK_LINES, _result_block, result_block_names
+from ..._codegen import Inliner, NoSource
+from ..._memory import _result_block
 from .. import _creation, _layout
 from . import elementwise as ew
 from . import reduction
@@ -81,6 +84,10 @@ def _pointer_lines(operand: str, local: str) -> list[str]:
     ]
 
 
+# The locals of a direct function's own lines (the inlined code's globals are named around them).
+_LOCALS = ("a", "b", "x", "s", "buffer", "stream", "ptr", "out", "pa", "pb", "px")
+
+
 def _generated(
     backend: Any,
     kernel: Kernel,
@@ -110,35 +117,38 @@ def _generated(
     n, v = nbytes // dtype.itemsize, 16 // dtype.itemsize
     gpu = backend.gpu
     grid = ew._contig_grid(backend, gpu.ordinal, n, v)
-    code = kernel._prepared_lines(gpu, grid, ew.BLOCK, values)
-    if code is None:
+    launch = kernel._prepared(gpu, grid, ew.BLOCK)
+    if launch is None:
         return None
-    launch_lines, launch_names = code
     first = next(iter(operands))
     pointers = [
         line for operand, local in operands.items() for line in _pointer_lines(operand, local)
     ]
     addresses = " | ".join(["ptr", *operands.values()])
-    body = [
-        *checks,
-        *RESULT_BLOCK_LINES,
-        *_creation.adopt_lines("out", storage="buffer", device=f"{first}._device"),
-        *pointers,
-        f"if ({addresses}) & 15:  # off the 16-byte boundary: the scalar kernel",
-        f"    return misaligned(stream, out, {general_args}, ({', '.join(values)},))",
-        *launch_lines,
-        "return out",
-    ]
-    globals_ = merged_names(
-        result_block_names(),
-        _creation.ADOPT_NAMES,
-        launch_names,
-        names or {},
-        {"shape": shape, "strides": strides, "dtype": dtype, "nbytes": nbytes, "n": n},
-        {"backend": backend, "device": gpu, "ordinal": gpu.ordinal, "misaligned": misaligned},
+    plan = {"shape": shape, "strides": strides, "dtype": dtype, "nbytes": nbytes, "n": n}
+    inliner = Inliner(
+        {**(names or {}), **plan, "backend": backend, "device": gpu, "misaligned": misaligned},
+        locals=_LOCALS,
     )
+    result = ["buffer", "shape", "strides", "dtype", f"{first}._device", "backend", "stream"]
+    try:
+        body = [
+            *checks,
+            *inliner.inline(
+                _result_block, ["nbytes", "device"], result="buffer", keep={"stream": "stream"}
+            ),
+            *inliner.inline(_creation.adopt, result, result="out"),
+            "ptr = buffer.ptr",
+            *pointers,
+            f"if ({addresses}) & 15:  # off the 16-byte boundary: the scalar kernel",
+            f"    return misaligned(stream, out, {general_args}, ({', '.join(values)},))",
+            *inliner.inline(launch, ["stream", *values]),
+            "return out",
+        ]
+    except NoSource:  # an installation without .py files: the general path
+        return None
     filename = f"<ignis direct {label} on cuda:{gpu.ordinal}>"
-    _, direct = build_function("direct", signature, body, globals_, filename)
+    _, direct = inliner.build("direct", signature, body, filename)
     return direct
 
 

@@ -41,17 +41,19 @@ Example (what ``x + y`` does for two float32 arrays of 1000 elements)::
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import _caches
+from ... import _caches, _tuning
 from ... import _dtypes as dt
 from ..._arg_packing import _F32_OVERFLOW
 from ..._bindings import cu
 from ..._device import activate
 from ..._errors import DTypeError, ShapeError
-from .._semantics import BINARY_OPS, GELU_APPROXIMATIONS, UNARY_OPS
+from .._op_table import ELEMENTWISE
+from .._semantics import BINARY_OPS, UNARY_OPS
 from . import _strided
 from ._kernels import CTYPE, library_kernel
 
@@ -81,9 +83,11 @@ CONTIG_UNROLL = 2  # ignis::ew::contig_unroll: vectors in flight per thread
 STRIDED_UNROLL = 4  # ignis::ew::strided_unroll: elements in flight per thread
 BCAST_UNROLL = 4  # ignis::ew::bcast_unroll: vectors in flight per thread (binary_bcast)
 ROW, COLUMN = 0, 1  # binary_bcast KIND: the broadcast operand is a repeated row / a held column
-BLOCKS_PER_SM = 32  # grid cap: about four waves of 8 resident blocks of 256 threads
 TRANSPOSE_BLOCK = (32, 8)  # copy_transpose: one 32 x 32 tile per block, 4 rows per thread
-TRANSPOSE_MIN = 16  # both transposed dims at least this long, else the strided copy does
+# The grid cap per multiprocessor and the shortest transposed dims of copy_transpose are the
+# ``elementwise`` settings of ignis.tuning (blocks_per_sm, transpose_min). The paths of every
+# op read no settings: what the settings chose (grid caps, prepared launches, transpose plans,
+# the front end's direct functions) is remembered, and forgotten when they change.
 
 # The C++ type an op computes in for each compute dtype, the conversion of a Python scalar
 # operand to the value its scalar parameter gets, and the value passed for an unused one.
@@ -121,10 +125,21 @@ _ZERO_N = {d.name: z for d, z in _ZERO.items()}
 _UINT = {1: "ignis::uint8", 2: "ignis::uint16", 4: "ignis::uint32", 8: "ignis::uint64"}
 _UINT_NP = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
-_UNARY_FUNCTOR = {op: f"ignis::ew::op_{op}" for op in UNARY_OPS if op != "gelu"}
-_GELU_FUNCTOR = {"none": "ignis::ew::op_gelu_erf", "tanh": "ignis::ew::op_gelu_tanh"}
-_BINARY_FUNCTOR = {op: f"ignis::ew::op_{op}" for op in BINARY_OPS}
-assert set(_GELU_FUNCTOR) == set(GELU_APPROXIMATIONS)
+# The functors of the op table's ops (cuda_src/elementwise.cuh): one per op, or, where an
+# option chooses it (gelu's approximate), one per value of that option.
+_UNARY_FUNCTOR = {
+    n: f"ignis::ew::{op.functor}"
+    for n, op in ELEMENTWISE.items()
+    if op.arity == 1 and isinstance(op.functor, str)
+}
+_CHOSEN_FUNCTOR = {
+    n: (next(iter(op.params)), {v: f"ignis::ew::{f}" for v, f in op.functor.items()})
+    for n, op in ELEMENTWISE.items()
+    if op.arity == 1 and not isinstance(op.functor, str)
+}
+_BINARY_FUNCTOR = {
+    n: f"ignis::ew::{op.functor}" for n, op in ELEMENTWISE.items() if op.arity == 2
+}
 
 _SCALARS = frozenset((bool, int, float))
 _PACKERS = {n: _strided.StridedPacker(n) for n in (1, 2, 3, 4)}
@@ -135,36 +150,78 @@ _CACHE_LIMIT = 1024  # entries of each layout cache before it starts over
 # prepared launch (Kernel._prepared) of a kernel and its grid: for binary_contig with array
 # operands of the output's dtype, (op, compute name, dtype name, form, V, ordinal, n); for
 # unary_contig, (functor, compute name, dtype name, operand dtype name, V, ordinal, n).
-_kernels: dict[tuple[Any, ...], Any] = {}
-_fast_keys: list[tuple[Any, ...]] = []  # the keys of the prepared launches, oldest first
+# (Lookups are uncounted: they are the path of every op.)
 _FAST_LIMIT = 1024
-_grid_caps: dict[int, int] = {}
-_layouts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_contiguous_strides: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
-_fill_bits: dict[tuple[Any, ...], int] = {}
-_bcast_plans: dict[tuple[Any, ...], tuple[int, int, int] | None] = {}
+_kernels = _caches.PlanCache(
+    "cuda.elementwise.kernels",
+    _FAST_LIMIT,
+    "element-wise op, dtypes and vector width -> kernel; and its prepared launches",
+)
+_fast_keys: list[tuple[Any, ...]] = []  # the keys of the prepared launches, oldest first
+_grid_caps = _caches.PlanCache(
+    "cuda.elementwise.grid_caps", 64, "device -> the most blocks of an element-wise grid"
+)
+_layouts = _caches.PlanCache(
+    "cuda.elementwise.layouts", _CACHE_LIMIT, "operand layouts -> merged dims and strides"
+)
+_contiguous_strides = _caches.PlanCache(
+    "cuda.elementwise.contiguous_strides", _CACHE_LIMIT, "(shape, itemsize) -> strides"
+)
+_fill_bits = _caches.PlanCache(
+    "cuda.elementwise.fill_bits", _CACHE_LIMIT, "fill value and dtype -> its bit pattern"
+)
+_bcast_plans = _caches.PlanCache(
+    "cuda.elementwise.broadcast_plans", _CACHE_LIMIT, "broadcast layouts -> row/column plan"
+)
+# The lookups of the paths of every op, as bound methods: a module global and a C call, no
+# attribute lookup on the cache (it is a dict subclass). The caches are emptied in place, never
+# replaced, so these stay bound to them.
+_kernels_get = _kernels.get
+_grid_caps_get = _grid_caps.get
+_contiguous_strides_get = _contiguous_strides.get
+_layouts_get = _layouts.get
+_bcast_plans_get = _bcast_plans.get
+_UNSEEN: Any = object()
 
 
 def _clear_kernels() -> None:
-    _kernels.clear()
+    _kernels.reset()
     _fast_keys.clear()
 
 
-_caches.register(
-    "cuda.elementwise.kernels",
-    _kernels,
-    clear=_clear_kernels,
-    max_entries=_FAST_LIMIT,
-    description="element-wise op, dtypes and vector width -> kernel; and its prepared launches",
-)
-for _what, _cache, _bound, _desc in (
-    ("grid_caps", _grid_caps, None, "device -> the most blocks of an element-wise grid"),
-    ("layouts", _layouts, _CACHE_LIMIT, "operand layouts -> merged dims and strides"),
-    ("contiguous_strides", _contiguous_strides, _CACHE_LIMIT, "(shape, itemsize) -> strides"),
-    ("fill_bits", _fill_bits, _CACHE_LIMIT, "fill value and dtype -> its bit pattern"),
-    ("broadcast_plans", _bcast_plans, _CACHE_LIMIT, "broadcast layouts -> row/column plan"),
+# Kernels are bounded by the program, prepared launches by _FAST_LIMIT (see _remember_fast):
+# emptying the cache also forgets the keys of the prepared launches. The lookups of these
+# caches are the path of every op: uncounted (registered without hit and miss counts).
+for _cache, _clear in (
+    (_kernels, _clear_kernels),
+    (_grid_caps, _grid_caps.reset),
+    (_layouts, _layouts.reset),
+    (_contiguous_strides, _contiguous_strides.reset),
+    (_bcast_plans, _bcast_plans.reset),
 ):
-    _caches.register(f"cuda.elementwise.{_what}", _cache, max_entries=_bound, description=_desc)
+    _caches.register(
+        _cache.name,
+        _cache,
+        clear=_clear,
+        max_entries=_cache.max_entries,
+        description=_cache.description,
+    )
+
+
+def _forget_settings() -> None:
+    """The elementwise settings changed: forget what they chose. Grid caps, the prepared
+    launches (their grids) and transpose plans are made again on next use; so are the front
+    end's direct functions of element-wise ops, which hold their grids."""
+    _grid_caps.reset()
+    _layouts.reset()
+    for key in _fast_keys:
+        _kernels.pop(key, None)
+    _fast_keys.clear()
+    # (by their registered names: the front end's plan caches are its own)
+    _caches.clear_caches("ops.unary_plans", "ops.binary_plans")
+
+
+_tuning.on_change("elementwise", _forget_settings)
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -189,10 +246,10 @@ def _kernel(
     backend: Any, key: tuple[Any, ...], source: str, family: str, args: tuple[Any, ...]
 ) -> Kernel:
     """The kernel for ``key`` (which includes the device ordinal), compiled on first use."""
-    kernel = _kernels.get(key)
+    kernel = _kernels_get(key)
     if kernel is None:
         kernel = library_kernel(source, kernel_name(family, *args), backend.gpu)
-        _kernels[key] = kernel
+        _kernels[key] = kernel  # (not remember(): kernels are bounded by the program)
     return kernel
 
 
@@ -212,17 +269,19 @@ def _remember_fast(key: tuple[Any, ...], backend: Any, kernel: Kernel, grid: int
 
 
 def _grid_cap(backend: Any) -> int:
-    """The most blocks a grid gets on the backend's device (a few waves; remembered)."""
+    """The most blocks a grid gets on the backend's device: its multiprocessors times the
+    ``blocks_per_sm`` setting (a few waves; remembered until the settings change)."""
     ordinal = backend.gpu.ordinal
-    cap = _grid_caps.get(ordinal)
+    cap = _grid_caps_get(ordinal)
     if cap is None:
-        cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
-    return cap
+        per_sm = _tuning.current.elementwise.blocks_per_sm
+        cap = _grid_caps.remember(ordinal, max(1, int(backend.gpu.multiprocessor_count)) * per_sm)
+    return cap  # type: ignore[no-any-return]
 
 
 def _grid(backend: Any, items: int, per_block: int) -> int:
     """Blocks for ``items`` work items, ``per_block`` per block: at least 1, at most a few waves."""
-    cap = _grid_caps.get(backend.gpu.ordinal) or _grid_cap(backend)
+    cap = _grid_caps_get(backend.gpu.ordinal) or _grid_cap(backend)
     blocks = (items + per_block - 1) // per_block
     return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
@@ -244,11 +303,9 @@ def _dense(arr: NvArray) -> bool:
     if len(shape) == 1:
         return strides[0] == size or shape[0] == 1
     key = (shape, size)
-    expected = _contiguous_strides.get(key)
+    expected = _contiguous_strides_get(key)
     if expected is None:
-        if len(_contiguous_strides) >= _CACHE_LIMIT:
-            _contiguous_strides.clear()
-        expected = _contiguous_strides[key] = _strided.contiguous_strides(shape, size)
+        expected = _contiguous_strides.remember(key, _strided.contiguous_strides(shape, size))
     return strides == expected or _strided.is_contiguous(shape, strides, size)
 
 
@@ -310,7 +367,7 @@ def _width(out: NvArray, po: int, x: NvArray, px: int, y: NvArray | None, py: in
 
 def _contig_grid(backend: Any, ordinal: int, n: int, v: int) -> int:
     """``_grid(backend, n // v, BLOCK * CONTIG_UNROLL)`` with the cap looked up inline."""
-    cap = _grid_caps.get(ordinal) or _grid_cap(backend)
+    cap = _grid_caps_get(ordinal) or _grid_cap(backend)
     blocks = (n // v + (BLOCK * CONTIG_UNROLL - 1)) // (BLOCK * CONTIG_UNROLL)
     return 1 if blocks < 1 else (blocks if blocks < cap else cap)
 
@@ -374,10 +431,9 @@ def _bcast_plan(out: NvArray, a: NvArray, b: NvArray) -> tuple[int, int, int] | 
         a._dtype.itemsize,
         b._dtype.itemsize,
     )
-    try:
-        return _bcast_plans[key]
-    except KeyError:
-        pass
+    plan = _bcast_plans_get(key, _UNSEEN)
+    if plan is not _UNSEEN:
+        return plan  # type: ignore[no-any-return]
     plan = None
     if _dense(out):
         for side, dense, other in ((2, a, b), (1, b, a)):
@@ -386,9 +442,7 @@ def _bcast_plan(out: NvArray, a: NvArray, b: NvArray) -> tuple[int, int, int] | 
                 if found is not None:
                     plan = (side, *found)
                 break
-    if len(_bcast_plans) >= _CACHE_LIMIT:
-        _bcast_plans.clear()
-    _bcast_plans[key] = plan
+    _bcast_plans.remember(key, plan)
     return plan
 
 
@@ -397,7 +451,7 @@ def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tupl
     packed StridedArgs)``, one launch each (one piece unless more than 8 dims remain after
     merging); ``n`` is the element count of each piece."""
     key = (shape, *strides_list)
-    hit = _layouts.get(key)
+    hit = _layouts_get(key)
     if hit is not None:
         return hit
     s_shape, s_strides = _strided.sort_by_first(shape, strides_list)
@@ -409,9 +463,7 @@ def _layout(shape: tuple[int, ...], strides_list: list[tuple[int, ...]]) -> tupl
         pieces.append((offsets, packer.pack(sub_shape, sub_strides)))
         inner_n = _numel(sub_shape)
     result = (tuple(pieces), inner_n, inner_n >= _strided.WIDE_INDEX)
-    if len(_layouts) >= _CACHE_LIMIT:
-        _layouts.clear()
-    _layouts[key] = result
+    _layouts.remember(key, result)
     return result
 
 
@@ -442,7 +494,7 @@ def unary_contig_kernel(
     """The ``unary_contig`` kernel of ``functor`` computing in ``compute``, writing ``od`` from
     ``xd``, ``v`` elements a vector, on the backend's device (compiled on first use)."""
     key = ("unary", functor, compute.name, od.name, xd.name, v, backend.gpu.ordinal)
-    kernel = _kernels.get(key)
+    kernel = _kernels_get(key)
     if kernel is None:
         args = (functor, _WORK[compute], CTYPE[od], CTYPE[xd], v)
         kernel = _kernel(backend, key, SOURCE, "unary_contig", args)
@@ -464,7 +516,7 @@ def binary_contig_kernel(
     a vector, on the backend's device (compiled on first use)."""
     ka, kb = (None if ta is None else ta.name), (None if tb is None else tb.name)
     key = ("binary", op, compute.name, od.name, ka, kb, form, v, backend.gpu.ordinal)
-    kernel = _kernels.get(key)
+    kernel = _kernels_get(key)
     if kernel is None:
         w = _WORK[compute]
         ca, cb = (CTYPE[ta] if ta else w), (CTYPE[tb] if tb else w)
@@ -480,15 +532,13 @@ def unary(
     backend: Any, op: str, out: NvArray, x: NvArray, compute: dt.DType, params: dict[str, Any]
 ) -> None:
     """``out = op(x)`` for an op of ``_semantics.UNARY_OPS`` (see :meth:`Backend.unary`)."""
-    if op == "gelu":
-        approx = params.get("approximate", "none")
-        functor = _GELU_FUNCTOR.get(approx)
-        if functor is None:
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approx!r}")
-    else:
-        functor = _UNARY_FUNCTOR.get(op)
-        if functor is None:
+    functor = _UNARY_FUNCTOR.get(op)
+    if functor is None:
+        if op not in _CHOSEN_FUNCTOR:
             raise ValueError(f"unary: unknown op {op!r}; expected one of {sorted(UNARY_OPS)}")
+        option, functors = _CHOSEN_FUNCTOR[op]
+        value = params.get(option, ELEMENTWISE[op].params[option][0])
+        functor = functors[ELEMENTWISE[op].check_param(option, value)]
     shape = out._shape
     n = shape[0] if len(shape) == 1 else _numel(shape)
     if n == 0:
@@ -499,7 +549,7 @@ def unary(
     px = x._storage.ptr + x._offset
     v = _width(out, po, x, px, None, 0)
     if v:
-        launch = _kernels.get((functor, compute.name, od.name, xd.name, v, ordinal, n))
+        launch = _kernels_get((functor, compute.name, od.name, xd.name, v, ordinal, n))
         if launch is not None:
             launch(backend.stream, po, px, n)
             return
@@ -512,7 +562,7 @@ def unary(
     layout = _layout(shape, [out._strides, x._strides])
     wide = layout[2]
     key = ("unary_s", functor, compute.name, od.name, xd.name, wide, ordinal)
-    kernel = _kernels.get(key) or _kernel(
+    kernel = _kernels_get(key) or _kernel(
         backend,
         key,
         SOURCE,
@@ -553,7 +603,7 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
         py = 0 if y is None else y._storage.ptr + y._offset
         v = 1 if (po | px | py) & 15 else 16 // od.itemsize
         cname = compute.name
-        launch = _kernels.get((op, cname, od.name, form, v, backend.gpu.ordinal, n))
+        launch = _kernels_get((op, cname, od.name, form, v, backend.gpu.ordinal, n))
         if launch is not None:
             zero = _ZERO_N[cname]
             if form == 0:
@@ -608,7 +658,7 @@ def binary(backend: Any, op: str, out: NvArray, a: Any, b: Any, compute: dt.DTyp
     )
     wide = layout[2]
     key = ("binary_s", op, cname, od.name, ta and ta.name, tb and tb.name, form, wide, ordinal)
-    kernel = _kernels.get(key)
+    kernel = _kernels_get(key)
     if kernel is None:
         w = _WORK[compute]
         kernel = _kernel(
@@ -655,7 +705,7 @@ def _binary_bcast(
     n = shape[0] if len(shape) == 1 else _numel(shape)
     ordinal = backend.gpu.ordinal
     key = ("binary_b", op, compute.name, od.name, ad.name, bd.name, side, kind, v, ordinal)
-    kernel = _kernels.get(key)
+    kernel = _kernels_get(key)
     if kernel is None:
         targs = (functor, _WORK[compute], CTYPE[od], CTYPE[ad], CTYPE[bd], side, kind, v)
         kernel = _kernel(backend, key, SOURCE, "binary_bcast", targs)
@@ -702,7 +752,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
     v = _plan(arrays)
     if v:
         key = ("where", cname, od.name, *key_types, forms, v, ordinal)
-        kernel = _kernels.get(key) or _kernel(
+        kernel = _kernels_get(key) or _kernel(
             backend, key, SOURCE, "where_contig", (work, CTYPE[od], *types, forms, v)
         )
         kernel.launch(
@@ -719,7 +769,7 @@ def where(backend: Any, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DTy
     layout = _layout(shape, strides)
     wide = layout[2]
     key = ("where_s", cname, od.name, *key_types, forms, wide, ordinal)
-    kernel = _kernels.get(key) or _kernel(
+    kernel = _kernels_get(key) or _kernel(
         backend, key, SOURCE, "where_strided", (work, CTYPE[od], *types, forms, wide)
     )
     _launch_strided(backend, kernel, ptrs, values, layout)
@@ -751,7 +801,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
                 cu.cuMemcpyDtoDAsync(pd, ps, n * od.itemsize, stream.handle)
             return
         key = ("copy", od.name, sd.name, v, ordinal)
-        kernel = _kernels.get(key) or _kernel(
+        kernel = _kernels_get(key) or _kernel(
             backend, key, SOURCE, "copy_contig", (CTYPE[od], CTYPE[sd], v)
         )
         kernel.launch(
@@ -761,7 +811,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
     plan = _transpose_plan(shape, dst._strides, src._strides, od.itemsize, sd.itemsize)
     if plan is not None:
         key = ("copy_t", od.name, sd.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(
+        kernel = _kernels_get(key) or _kernel(
             backend, key, SOURCE, "copy_transpose", (CTYPE[od], CTYPE[sd])
         )
         rows, cols, batches = plan[:3]
@@ -775,7 +825,7 @@ def copy(backend: Any, dst: NvArray, src: NvArray) -> None:
     layout = _layout(shape, [dst._strides, src._strides])
     wide = layout[2]
     key = ("copy_s", od.name, sd.name, wide, ordinal)
-    kernel = _kernels.get(key) or _kernel(
+    kernel = _kernels_get(key) or _kernel(
         backend, key, SOURCE, "copy_strided", (CTYPE[od], CTYPE[sd], wide)
     )
     _launch_strided(backend, kernel, [_ptr(dst), _ptr(src)], [], layout)
@@ -790,13 +840,14 @@ def _transpose_plan(
     at most one more dim ("batches"); else None."""
     key = ("transpose", shape, dst, src, so, ss)
     if key in _layouts:
-        return _layouts[key]
+        return _layouts[key]  # type: ignore[no-any-return]
     s_shape, s_strides = _strided.sort_by_first(shape, [dst, src])
     c_shape, (cd, cs) = _strided.collapse(s_shape, s_strides)
     plan = None
     ndim = len(c_shape)
-    rows = [k for k in range(ndim - 1) if cs[k] == ss and c_shape[k] >= TRANSPOSE_MIN]
-    if ndim in (2, 3) and rows and cd[-1] == so and c_shape[-1] >= TRANSPOSE_MIN:
+    least = _tuning.current.elementwise.transpose_min
+    rows = [k for k in range(ndim - 1) if cs[k] == ss and c_shape[k] >= least]
+    if ndim in (2, 3) and rows and cd[-1] == so and c_shape[-1] >= least:
         k = rows[-1]
         b = 1 - k if ndim == 3 else None  # the remaining dim, if any
         plan = (
@@ -808,9 +859,7 @@ def _transpose_plan(
             0 if b is None else cd[b],
             0 if b is None else cs[b],
         )
-    if len(_layouts) >= _CACHE_LIMIT:
-        _layouts.clear()
-    _layouts[key] = plan
+    _layouts.remember(key, plan)
     return plan
 
 
@@ -821,15 +870,14 @@ def _bits_of(value: Any, dtype: dt.DType) -> int:
     """The element bits of ``value`` stored into ``dtype``, exactly as the CPU backend stores it."""
     key = (dtype.name, value.hex() if isinstance(value, float) else (type(value), value))
     bits = _fill_bits.get(key)
-    if bits is None:
+    if bits is not None:
+        _fill_bits.hits += 1
+    else:
         cell = np.empty((), dtype.numpy)
         with np.errstate(all="ignore"):
             cell[...] = value
-        bits = int(cell.view(_UINT_NP[dtype.itemsize]))
-        if len(_fill_bits) >= _CACHE_LIMIT:
-            _fill_bits.clear()
-        _fill_bits[key] = bits
-    return bits
+        bits = _fill_bits.remember(key, int(cell.view(_UINT_NP[dtype.itemsize])))
+    return bits  # type: ignore[no-any-return]
 
 
 def fill(backend: Any, dst: NvArray, value: Any) -> None:
@@ -856,7 +904,7 @@ def fill(backend: Any, dst: NvArray, value: Any) -> None:
             size, n, bits = 4, 2 * n, bits & 0xFFFFFFFF
         if size == 8:
             key = ("fill", size, ordinal)
-            kernel = _kernels.get(key) or _kernel(
+            kernel = _kernels_get(key) or _kernel(
                 backend, key, SOURCE, "fill_contig", (_UINT[size],)
             )
             kernel.launch(_grid(backend, n, BLOCK), BLOCK, [ptr, bits, n], stream=stream)
@@ -872,7 +920,7 @@ def fill(backend: Any, dst: NvArray, value: Any) -> None:
     layout = _layout(shape, [dst._strides])
     wide = layout[2]
     key = ("fill_s", size, wide, ordinal)
-    kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "fill_strided", (_UINT[size], wide))
+    kernel = _kernels_get(key) or _kernel(backend, key, SOURCE, "fill_strided", (_UINT[size], wide))
     _launch_strided(backend, kernel, [_ptr(dst)], [bits], layout)
 
 
@@ -899,11 +947,11 @@ def arange(backend: Any, out: NvArray, start: float, step: float) -> None:
     ordinal = backend.gpu.ordinal
     if dtype.kind == "f":
         key = ("arange_f", dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_float", (CTYPE[dtype],))
+        kernel = _kernels_get(key) or _kernel(backend, key, SOURCE, "arange_float", (CTYPE[dtype],))
         args = [_ptr(out), float(start), float(step), n]
     else:
         key = ("arange_i", dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(backend, key, SOURCE, "arange_int", (CTYPE[dtype],))
+        kernel = _kernels_get(key) or _kernel(backend, key, SOURCE, "arange_int", (CTYPE[dtype],))
         args = [_ptr(out), _wrap64(int(start)), _wrap64(int(step)), n]
     kernel.launch(_grid(backend, n, BLOCK), BLOCK, args, stream=backend.stream)
 
@@ -946,15 +994,25 @@ def random(
             raise ValueError(f"random: integers need 1 <= high - low <= 2**64, got [{low}, {high})")
         wide = span > 2**32  # two words per element
         key = (kind, dtype.name, wide, ordinal)
-        kernel = _kernels.get(key) or _kernel(
+        kernel = _kernels_get(key) or _kernel(
             backend, key, RANDOM_SOURCE, kind, (CTYPE[dtype], wide)
         )
         per_block = 2 if wide else 4
         args = [_ptr(out), n, k0, k1, offset, _wrap64(low), span - 1]
     else:
         key = (kind, dtype.name, ordinal)
-        kernel = _kernels.get(key) or _kernel(backend, key, RANDOM_SOURCE, kind, (CTYPE[dtype],))
+        kernel = _kernels_get(key) or _kernel(backend, key, RANDOM_SOURCE, kind, (CTYPE[dtype],))
         per_block = 2 if dtype is dt.float64 else 4  # elements one Philox block gives
         args = [_ptr(out), n, k0, k1, offset]
     blocks = (n + per_block - 1) // per_block
     kernel.launch(_grid(backend, blocks, BLOCK), BLOCK, args, stream=backend.stream)
+
+
+# The module globals these settings replaced keep reading and setting them (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__],
+    {
+        "BLOCKS_PER_SM": ("elementwise", "blocks_per_sm"),
+        "TRANSPOSE_MIN": ("elementwise", "transpose_min"),
+    },
+)

@@ -6,18 +6,23 @@ so every kernel works on rows: ``take`` and ``index_add`` on rows of ``inner`` e
 on rows of ``d`` elements. Row kernels run blocks of ``(bx, by)`` threads: ``by`` rows at a time,
 ``bx`` threads along a row (a power of two covering the row, so short rows do not leave most of
 a warp idle). ``take`` moves up to 16 bytes per access when the row length and the addresses
-allow, and a thread keeps up to ``TAKE_ROWS_IN_FLIGHT`` rows' loads in flight when there are
-enough rows to fill the GPU. Dropout moves 16-byte vectors (data and mask) when every operand is
-16-byte aligned, else takes the kernels' scalar path. Nothing here synchronizes the host.
+allow, and a thread keeps up to ``take_rows_in_flight`` rows' loads in flight when there are
+enough rows to fill the GPU (the ``indexing`` settings of ``ignis.tuning``,
+:class:`ignis._tuning.IndexingSettings`, read once per call). Dropout moves 16-byte vectors
+(data and mask) when every operand is 16-byte aligned, else takes the kernels' scalar path.
+Nothing here synchronizes the host.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import TYPE_CHECKING, Any
 
-from ... import _caches
 from ... import _dtypes as dt
+from ... import _tuning
+from ..._caches import PlanCache
+from ..._tuning import IndexingSettings
 from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
@@ -26,16 +31,14 @@ if TYPE_CHECKING:
 __all__ = ["take", "index_add", "dropout", "dropout_backward", "rope", "kernel_names"]
 
 THREADS = 256  # threads per block (dropout.cu's dropout_threads: its launch bound)
-TAKE_ROWS_IN_FLIGHT = 4  # rows a take thread loads at once, when the grid stays large
-TAKE_MIN_BLOCKS_PER_SM = 4  # ... that is, at least this many blocks per multiprocessor
-BLOCKS_PER_SM = 32  # grid cap: kernels loop over further rows
 
 INDEX_TYPES = (dt.int32, dt.int64)
 ADD_TYPES = (dt.int32, dt.int64, dt.float32, dt.float64)  # types with native atomics
 FLOAT_TYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
 
-_grid_caps: dict[int, int] = {}
-_caches.register("cuda.indexing.grid_caps", _grid_caps, description="device -> grid cap")
+_grid_caps = PlanCache(
+    "cuda.indexing.grid_caps", 64, "(device, indexing settings) -> grid cap and multiprocessors"
+)
 
 
 # --- kernel names (pure: the CPU tests compile every one of them) -------------------------------
@@ -74,15 +77,17 @@ def _vectors(itemsize: int) -> list[int]:
     return [v for v in (16, 8, 4, 2, 1) if v * itemsize <= 16]
 
 
-def kernel_names() -> dict[str, list[str]]:
-    """Every name expression this module can launch, by source file."""
+def kernel_names(tune: IndexingSettings | None = None) -> dict[str, list[str]]:
+    """Every name expression this module can launch under the indexing settings ``tune``
+    (default: those in force), by source file."""
+    rows_in_flight = (_tuning.current.indexing if tune is None else tune).take_rows_in_flight
     return {
         "indexing.cu": [
             take_name(d, i, v, u)
             for d in CTYPE
             for i in INDEX_TYPES
             for v in _vectors(d.itemsize)
-            for u in (1, TAKE_ROWS_IN_FLIGHT)
+            for u in sorted({1, rows_in_flight})
         ]
         + [
             index_add_name(d, i, det)
@@ -109,16 +114,29 @@ def _ptr(arr: NvArray) -> int:
     return arr._storage.ptr + arr._offset
 
 
-def _cap(backend: Any) -> int:
-    ordinal = backend.gpu.ordinal
-    cap = _grid_caps.get(ordinal)
-    if cap is None:
-        cap = _grid_caps[ordinal] = max(1, int(backend.gpu.multiprocessor_count)) * BLOCKS_PER_SM
-    return cap
+def _caps(backend: Any, tune: IndexingSettings) -> tuple[int, int]:
+    """(grid cap, multiprocessors) of the backend's device under ``tune``."""
+    key = (backend.gpu.ordinal, tune)
+    caps = _grid_caps.get(key)
+    if caps is not None:
+        _grid_caps.hits += 1
+    else:
+        sms = max(1, int(backend.gpu.multiprocessor_count))
+        caps = _grid_caps.remember(key, (sms * tune.blocks_per_sm, sms))
+    return caps  # type: ignore[no-any-return]
 
 
-def _launch(backend: Any, source: str, name: str, grid: int, block: Any, args: list[Any]) -> None:
-    grid = max(1, min(grid, _cap(backend)))
+def _launch(
+    backend: Any,
+    source: str,
+    name: str,
+    grid: int,
+    block: Any,
+    args: list[Any],
+    tune: IndexingSettings | None = None,
+) -> None:
+    tune = _tuning.current.indexing if tune is None else tune
+    grid = max(1, min(grid, _caps(backend, tune)[0]))
     library_kernel(source, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
 
 
@@ -135,15 +153,12 @@ def _row_block(row_items: int) -> tuple[int, int]:
     return bx, max(1, THREADS // bx)
 
 
-def _sm_count(backend: Any) -> int:
-    return _cap(backend) // BLOCKS_PER_SM
-
-
-def _rows_in_flight(backend: Any, rows: int, by: int) -> int:
-    """Rows per take thread: TAKE_ROWS_IN_FLIGHT unless the grid would then leave
+def _rows_in_flight(backend: Any, rows: int, by: int, tune: IndexingSettings) -> int:
+    """Rows per take thread: ``take_rows_in_flight`` unless the grid would then leave
     multiprocessors short of blocks (few rows: more blocks beat more loads per thread)."""
-    blocks = -(-rows // (by * TAKE_ROWS_IN_FLIGHT))
-    return TAKE_ROWS_IN_FLIGHT if blocks >= TAKE_MIN_BLOCKS_PER_SM * _sm_count(backend) else 1
+    u = tune.take_rows_in_flight
+    blocks = -(-rows // (by * u))
+    return u if blocks >= tune.take_min_blocks_per_sm * _caps(backend, tune)[1] else 1
 
 
 def _aligned16(*ptrs: int) -> bool:
@@ -168,7 +183,8 @@ def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
     vec = _widest_vector(a.dtype.itemsize, inner, (pa, po))
     bx, by = _row_block(inner // vec)
     rows = outer * m
-    u = _rows_in_flight(backend, rows, by)
+    tune = _tuning.current.indexing
+    u = _rows_in_flight(backend, rows, by, tune)
     name = take_name(a.dtype, indices.dtype, vec, u)
     _launch(
         backend,
@@ -177,6 +193,7 @@ def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
         -(-rows // (by * u)),
         (bx, by),
         [pa, pi, po, rows, m, n, inner // vec],
+        tune,
     )
 
 
@@ -292,3 +309,13 @@ def rope(
             inverse,
         ],
     )
+
+
+# The module globals these settings replaced keep reading and setting them (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__],
+    {
+        name.upper(): ("indexing", name)
+        for name in ("take_rows_in_flight", "take_min_blocks_per_sm", "blocks_per_sm")
+    },
+)

@@ -39,11 +39,11 @@ import math
 import os
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ... import _cublas, _cublaslt
-from ... import _caches
 from ... import _dtypes as dt
+from ..._caches import PlanCache
 from ..._device import activate
 from ..._errors import IgnisError
 from ._kernels import CTYPE, library_kernel
@@ -209,17 +209,64 @@ def collapse_batch(shape: tuple[int, ...], strides: list[tuple[int, ...]]) -> tu
 # --- the hook ----------------------------------------------------------------------------------
 
 
+class BlasCall(NamedTuple):
+    """One ``cublasGemmStridedBatchedEx`` call of a product: the arguments of
+    :meth:`CublasLibrary.gemm_strided_batched` after the handle and stream, the three matrix
+    addresses given as byte offsets from the operands' bases (``first`` and ``second``:
+    cuBLAS's operands, ``c`` the result; see :func:`_run_blas`)."""
+
+    op_first: int
+    op_second: int
+    m: int
+    n: int
+    k: int
+    alpha: Any  # a ctypes reference to the scale-type value
+    offset_first: int
+    type_first: int
+    ld_first: int
+    stride_first: int
+    offset_second: int
+    type_second: int
+    ld_second: int
+    stride_second: int
+    beta: Any
+    offset_c: int
+    type_c: int
+    ld_c: int
+    stride_c: int
+    count: int
+    compute: int
+
+
+class BlasPlan(NamedTuple):
+    """A product cuBLAS runs: the library, whether its first operand is ``b`` (``swap``), the
+    calls, and the cuBLASLt plan that replaces them where it has one (else None)."""
+
+    library: Any
+    swap: bool
+    calls: tuple[BlasCall, ...]
+    lt_plan: Any
+
+
+class EpiloguePlan(NamedTuple):
+    """A fused product of cuBLASLt: its plan, ``swap`` as in :class:`BlasPlan`, the scalars."""
+
+    lt_plan: Any
+    swap: bool
+    alpha: Any
+    beta: Any
+
+
 # Plans of products cuBLAS ran without a temporary: (dtypes, shapes, strides, alpha, beta,
-# device, switches) -> (library, swap, calls). A repeated product then only binds the three
-# base addresses and calls cuBLAS (every training step repeats the same products).
-_blas_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# device, switches) -> BlasPlan. A repeated product then only binds the three base addresses
+# and calls cuBLAS (every training step repeats the same products).
 _PLAN_LIMIT = 1024
-_caches.register(
+_blas_plans = PlanCache(
     "cuda.matmul.blas_plans",
-    _blas_plans,
-    max_entries=_PLAN_LIMIT,
-    description="product's dtypes, shapes, strides, scalars and switches -> its cuBLAS calls",
+    _PLAN_LIMIT,
+    "product's dtypes, shapes, strides, scalars and switches -> its cuBLAS calls",
 )
+_blas_plans_get = _blas_plans.get  # (a bound method: a C call, no attribute lookup per product)
 
 
 def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, beta: float) -> None:
@@ -228,8 +275,9 @@ def matmul(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: float, bet
     key = (out._dtype, out._shape, out._strides, a._dtype, a._shape, a._strides, b._dtype,
            b._shape, b._strides, alpha, beta, gpu, _allow_tf32, _cublas_enabled, _force_family,
            _lt_enabled)
-    plan = _blas_plans.get(key)
-    if plan is not None and plan[0] is _cublas.load():  # the library tests may reset
+    plan = _blas_plans_get(key)
+    if plan is not None and plan.library is _cublas.load():  # the library tests may reset
+        _blas_plans.hits += 1
         activate(gpu)
         ptr = backend.data_ptr
         _run_plan(backend, backend.stream.ptr, plan, ptr(a), ptr(b), ptr(out))
@@ -279,14 +327,12 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
 
 # --- fused epilogues (cuBLASLt) ----------------------------------------------------------------
 
-# (kind, dtype, shapes, strides, device, switches) -> (LtPlan, swap, alpha, beta), or None where
-# the product cannot take the epilogue (the caller then runs the unfused default).
-_epilogue_plans: dict[tuple[Any, ...], Any] = {}
-_caches.register(
+# (kind, dtype, shapes, strides, device, switches) -> EpiloguePlan, or None where the product
+# cannot take the epilogue (the caller then runs the unfused default).
+_epilogue_plans = PlanCache(
     "cuda.matmul.epilogue_plans",
-    _epilogue_plans,
-    max_entries=_PLAN_LIMIT,
-    description="fused-bias product's layout -> its cuBLASLt plan (None: unfused)",
+    _PLAN_LIMIT,
+    "fused-bias product's layout -> its cuBLASLt plan (None: unfused)",
 )
 _EPILOGUE_DTYPES = (dt.float16, dt.bfloat16, dt.float32)
 
@@ -312,10 +358,9 @@ def _epilogue(backend: Any, kind: str, out: NvArray, a: NvArray, b: NvArray,
     entry = _epilogue_plans.get(key, _NOT_PLANNED)
     if entry is _NOT_PLANNED:
         activate(gpu)
-        entry = _plan_epilogue(backend, kind, out, a, b, vector)
-        if len(_epilogue_plans) >= _PLAN_LIMIT:
-            _epilogue_plans.clear()
-        _epilogue_plans[key] = entry
+        entry = _epilogue_plans.remember(key, _plan_epilogue(backend, kind, out, a, b, vector))
+    else:
+        _epilogue_plans.hits += 1
     if entry is None:
         return False
     ptr = backend.data_ptr
@@ -366,7 +411,7 @@ def _plan_epilogue(backend: Any, kind: str, out: NvArray, a: NvArray, b: NvArray
     lt_plan = _lt_plain_plan(backend.gpu, calls, epilogue)
     if lt_plan is None:
         return None
-    return lt_plan, swap, calls[0][5], calls[0][14]
+    return EpiloguePlan(lt_plan, swap, calls[0].alpha, calls[0].beta)
 
 
 def _scratch_like(backend: Any, out: NvArray, beta: float, keep: list[Any]) -> NvArray:
@@ -443,7 +488,7 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
     # A remembered product runs through cuBLASLt from its first call on, so that every call
     # of it gives the same bits.
     lt_plan = _lt_plain_plan(backend.gpu, calls) if remember else None
-    plan = (lib, swap, calls, lt_plan)
+    plan = BlasPlan(lib, swap, calls, lt_plan)
     try:
         _run_plan(backend, stream.ptr, plan, am.ptr, bm.ptr, cm.ptr)
     except _cublas.CublasError as exc:
@@ -453,22 +498,18 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
             return False
         raise
     if remember:
-        if len(_blas_plans) >= _PLAN_LIMIT:
-            _blas_plans.clear()
-        _blas_plans[key] = plan
+        _blas_plans.remember(key, plan)
     return True
 
 
 def _blas_calls(dtype: dt.DType, batch: tuple[int, ...], m: int, n: int, k: int,
                 am: Mat, a_lay: tuple[str, int], bm: Mat, b_lay: tuple[str, int],
                 cm: Mat, c_lay: tuple[str, int], alpha: float, beta: float
-                ) -> tuple[bool, tuple[tuple[Any, ...], ...]]:
+                ) -> tuple[bool, tuple[BlasCall, ...]]:
     """The ``cublasGemmStridedBatchedEx`` calls of one product, base addresses left out.
 
     Returns ``(swap, calls)``: ``swap`` says that cuBLAS's first operand is ``b`` (a row-major
-    result is computed as ``C^T = B^T @ A^T``); each call holds the arguments of
-    :meth:`CublasLibrary.gemm_strided_batched` after the handle and stream, with the three
-    matrix addresses replaced by byte offsets from the operands' bases (see :func:`_run_blas`).
+    result is computed as ``C^T = B^T @ A^T``); each call is a :class:`BlasCall`.
     """
     if c_lay[0] == "row":
         # C^T (n x m, column-major) = B^T @ A^T: B's storage read column-major is B^T when B is
@@ -506,7 +547,7 @@ def _blas_calls(dtype: dt.DType, batch: tuple[int, ...], m: int, n: int, k: int,
         o3 = sum(i * s for i, s in zip(idx, sc, strict=False))
         for start in range(0, inner, _INT_MAX):
             count = min(inner - start, _INT_MAX)
-            calls.append((
+            calls.append(BlasCall(
                 op_first, op_second, mm, nn, k, alpha_ref,
                 (o1 + start * inner_strides[0]) * item, dtype_code, first[1][1],
                 inner_strides[0],
@@ -518,8 +559,7 @@ def _blas_calls(dtype: dt.DType, batch: tuple[int, ...], m: int, n: int, k: int,
     return swap, tuple(calls)
 
 
-def _run_plan(backend: Any, stream: int, plan: tuple[Any, ...], pa: int, pb: int,
-              pc: int) -> None:
+def _run_plan(backend: Any, stream: int, plan: BlasPlan, pa: int, pb: int, pc: int) -> None:
     """Run a product planned by :func:`_cublas_matmul` on operands at ``pa``, ``pb`` and result
     at ``pc``: one cuBLASLt call where it has a plan and every address is 256-byte aligned (what
     its algorithms assume), else the cuBLAS calls."""
@@ -527,7 +567,7 @@ def _run_plan(backend: Any, stream: int, plan: tuple[Any, ...], pa: int, pb: int
     first, second = (pb, pa) if swap else (pa, pb)
     if lt_plan is not None and not (pa | pb | pc) & 255:
         call = calls[0]
-        _lt_run(backend, lt_plan, call[5], first, second, call[14], pc, 0, stream)
+        _lt_run(backend, lt_plan, call.alpha, first, second, call.beta, pc, 0, stream)
         return
     _run_blas(lib, lib.handle(backend.gpu), stream, calls, first, second, pc)
 
@@ -546,7 +586,7 @@ def _lt_run(backend: Any, lt_plan: Any, alpha: Any, first: int, second: int, bet
         lt.matmul(lt.handle(gpu), lt_plan, alpha, first, second, beta, c, vector, 0, stream)
 
 
-def _lt_plain_plan(gpu: Any, calls: tuple[tuple[Any, ...], ...],
+def _lt_plain_plan(gpu: Any, calls: tuple[BlasCall, ...],
                    epilogue: int = _cublaslt.EPILOGUE_DEFAULT) -> Any:
     """The cuBLASLt plan of a product that is one cuBLAS call at offset 0 (None where cuBLASLt
     is off, missing or has no algorithm for it)."""
@@ -561,7 +601,7 @@ def _lt_plain_plan(gpu: Any, calls: tuple[tuple[Any, ...], ...],
                    epilogue, handle=lt.handle(gpu))
 
 
-def _run_blas(lib: Any, handle: int, stream: int, calls: tuple[tuple[Any, ...], ...],
+def _run_blas(lib: Any, handle: int, stream: int, calls: tuple[BlasCall, ...],
               first: int, second: int, c: int) -> None:
     """Issue the calls of :func:`_blas_calls` with cuBLAS's first and second operand and the
     result at base addresses ``first``, ``second`` and ``c``."""

@@ -4,12 +4,12 @@
 Every hook gets C-contiguous ``(rows, n)`` arrays (see the contract in ``_backend.py``).
 
 Row kernels (norm_fwd, norm_bwd, softmax_bwd) give a row to a warp when it is short (up to
-:data:`WARP_MAX_N` elements and it fits the lanes' registers) and to a block otherwise; the
+``warp_max_n`` elements and it fits the lanes' registers) and to a block otherwise; the
 row is read from memory once and kept in registers while it fits (``items`` packs of ``vec``
 elements per thread), else it is re-read for each pass. ``vec`` is 16 bytes of the data type
 when every row array is 16-byte aligned and ``n`` is a multiple of it. Block rows give each
-thread as many packs as :data:`BLOCK_BYTES` of data allow while the row still spans
-:data:`BLOCK_MIN_THREADS` threads: a thread's loads are all issued before the row's first
+thread as many packs as ``block_bytes`` of data allow while the row still spans
+``block_min_threads`` threads: a thread's loads are all issued before the row's first
 reduction, so bytes in flight per thread, not threads, keep the memory busy (16-bit rows of
 4096 get 128 threads x 4 packs, like float32 rows get 256 x 4). Weight and bias gradients are
 column sums over the rows: blocks of 32 lanes of ``vec`` columns (16-byte loads) x a split of
@@ -20,15 +20,20 @@ Cross-entropy runs a block per row: one pass for the row's log-sum-exp (online m
 sum), the row losses reduced by one single-block kernel in a fixed order (the mean's count of
 targets is computed there too, on the device), and one pass for the gradient.
 
-The module constants are tuning knobs (tests shrink them to reach every path on small inputs).
+The thresholds and sizes above are the ``norm_loss`` settings of ``ignis.tuning``
+(:class:`ignis._tuning.NormLossSettings`; tests shrink them to reach every path on small
+inputs), read once per call; the norms' plans are keyed on them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ... import _caches
 from ... import _dtypes as dt
+from ... import _tuning
+from ..._caches import PlanCache
+from ..._tuning import NormLossSettings
 from ._kernels import library_kernel
 from .reduction import CTYPE, MAX_GRID, _temp
 
@@ -46,58 +51,49 @@ __all__ = [
     "row_config",
 ]
 
-WARP_MAX_N = 1024  # rows up to this long may go to a warp each
-WARP_BYTES = 128  # bytes of cached values (in the compute type) per lane in warp rows
-BLOCK_BYTES = 64  # bytes of row data cached per thread in block rows ...
-BLOCK_BYTES_OF_DATA = True  # ... of the data type (False: of the compute type, as 16-bit rows
-# of the norms were first planned: half the packs per thread, twice the threads)
-BLOCK_MIN_THREADS = 128  # block rows take fewer packs per thread rather than fewer threads
-WARP_ROWS_PER_BLOCK = 4  # warp rows: 128-thread blocks
-PARAM_TARGET_BLOCKS = 1024  # weight/bias gradients: split the rows until about this many blocks
-PARAM_MIN_ROWS = 64  # fewest rows one split takes
-PARAM_VECTOR_LOADS = True  # weight/bias gradients: 16-byte loads per lane (False: one element)
-PARAM_BLOCK_Y = 8  # row lanes of a 32-lane block (at most 8: the kernel's shared tiles)
-CE_VALUES = 16  # cross-entropy: about this many elements per thread
-CE_MAX_THREADS = 1024
+CE_MAX_THREADS = 1024  # cross-entropy: the largest block
 REDUCE_THREADS = 1024  # the single block of ce_reduce
 
 _BOOL = {False: "false", True: "true"}
 
+
+class RowLaunch(NamedTuple):
+    """One planned launch: kernel name, grid and block."""
+
+    name: str
+    grid: Any
+    block: Any
+
+
+class ParamPlan(NamedTuple):
+    """The weight/bias gradients of a norm backward: ``splits`` slabs of ``per_split`` rows
+    each give partial sums (in ``w_dtype``) by ``partials``; ``finish`` adds them in order."""
+
+    splits: int
+    per_split: int
+    w_dtype: dt.DType
+    partials: RowLaunch
+    finish: RowLaunch
+
+
+class BackwardPlan(NamedTuple):
+    """A norm backward: the input-gradient launch (None without ``grad_x``) and the
+    weight/bias gradients' plan (None without them)."""
+
+    row: RowLaunch | None
+    params: ParamPlan | None
+
+
 # Plans of the norm kernels: kernel names, grids, blocks and split sizes per (problem, dtypes,
-# alignment of every pointer, tuning knobs); a repeated call (every layer of every step) skips
-# the configuration arithmetic and builds only its arguments.
-_plans: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+# alignment of every pointer, norm_loss settings); a repeated call (every layer of every step)
+# skips the configuration arithmetic and builds only its arguments.
 _PLAN_LIMIT = 1024
-_caches.register(
+_plans = PlanCache(
     "cuda.norm_loss.plans",
-    _plans,
-    max_entries=_PLAN_LIMIT,
-    description="norm/loss problem, dtypes, alignments and knobs -> kernels, grids and splits",
+    _PLAN_LIMIT,
+    "norm/loss problem, dtypes, alignments and settings -> kernels, grids and splits",
 )
-
-
-def _knobs() -> tuple[Any, ...]:
-    """The module's tuning knobs (part of a plan's key: tests change them)."""
-    return (
-        WARP_MAX_N,
-        WARP_BYTES,
-        BLOCK_BYTES,
-        BLOCK_BYTES_OF_DATA,
-        BLOCK_MIN_THREADS,
-        WARP_ROWS_PER_BLOCK,
-        PARAM_TARGET_BLOCKS,
-        PARAM_MIN_ROWS,
-        PARAM_VECTOR_LOADS,
-        PARAM_BLOCK_Y,
-        MAX_GRID,
-    )
-
-
-def _remember(key: tuple[Any, ...], plan: tuple[Any, ...]) -> tuple[Any, ...]:
-    if len(_plans) >= _PLAN_LIMIT:
-        _plans.clear()
-    _plans[key] = plan
-    return plan
+_plans_get = _plans.get  # (a bound method: a C call, no attribute lookup on every norm)
 
 
 def _launch(backend: Any, source: str, name: str, grid: Any, block: Any, args: list[Any]) -> None:
@@ -118,10 +114,10 @@ def _w_size(dtype: dt.DType) -> int:
     return 8 if dtype == dt.float64 else 4
 
 
-def _data_size(dtype: dt.DType) -> int | None:
+def _data_size(dtype: dt.DType, tune: NormLossSettings) -> int | None:
     """What sizes the block-row cache of the norms: the data type's bytes (None: the compute
-    type's; see :data:`BLOCK_BYTES_OF_DATA`)."""
-    return dtype.itemsize if BLOCK_BYTES_OF_DATA else None
+    type's; the ``block_bytes_of_data`` setting)."""
+    return dtype.itemsize if tune.block_bytes_of_data else None
 
 
 def _w_ctype(dtype: dt.DType) -> str:
@@ -139,30 +135,37 @@ def vector_width(itemsize: int, n: int, ptrs: list[int | None]) -> int:
 
 
 def row_config(
-    n: int, vec: int, w_size: int, arrays: int, itemsize: int | None = None
+    n: int,
+    vec: int,
+    w_size: int,
+    arrays: int,
+    itemsize: int | None = None,
+    tune: NormLossSettings | None = None,
 ) -> tuple[bool, int, int]:
     """``(warp, items, threads)`` of a row kernel for rows of ``n`` elements of ``itemsize``
     bytes (default ``w_size``) read in packs of ``vec``, caching ``arrays`` row arrays in a
-    compute type of ``w_size`` bytes.
+    compute type of ``w_size`` bytes, under the norm_loss settings ``tune`` (default: those in
+    force; pure, no GPU needed).
 
-    ``warp``: a warp per row (``threads`` is the block: 128); else a block of ``threads`` per
-    row. ``items``: packs per thread kept in registers (0: rows too long, re-read per pass).
-    Block rows: the most packs per thread (up to :data:`BLOCK_BYTES` of data over the arrays;
-    of the compute type when ``vec`` is 1) that leave at least :data:`BLOCK_MIN_THREADS`
-    threads.
+    ``warp``: a warp per row (``threads`` is the block: 32 x ``warp_rows_per_block``); else a
+    block of ``threads`` per row. ``items``: packs per thread kept in registers (0: rows too
+    long, re-read per pass). Block rows: the most packs per thread (up to ``block_bytes`` of
+    data over the arrays; of the compute type when ``vec`` is 1) that leave at least
+    ``block_min_threads`` threads.
 
     Example: ``row_config(4096, 4, 4, 1) == (False, 4, 256)`` (float32);
     ``row_config(4096, 8, 4, 1, itemsize=2) == (False, 4, 128)`` (bfloat16).
     """
     # Single-element loads (vec 1) size the cache in the compute type: many separate values
     # per thread would leave the registers for local memory.
+    tune = _tuning.current.norm_loss if tune is None else tune
     size = itemsize if itemsize is not None and vec > 1 else w_size
-    if n <= WARP_MAX_N:
+    if n <= tune.warp_max_n:
         items = _pow2_at_least(-(-n // (32 * vec)))
-        if items * vec * w_size * arrays <= WARP_BYTES:
-            return True, items, 32 * WARP_ROWS_PER_BLOCK
-    items = _pow2_floor(max(1, BLOCK_BYTES // (vec * size * arrays)))
-    while items > 1 and _pow2_at_least(-(-n // (vec * items))) < BLOCK_MIN_THREADS:
+        if items * vec * w_size * arrays <= tune.warp_bytes:
+            return True, items, 32 * tune.warp_rows_per_block
+    items = _pow2_floor(max(1, tune.block_bytes // (vec * size * arrays)))
+    while items > 1 and _pow2_at_least(-(-n // (vec * items))) < tune.block_min_threads:
         items //= 2
     threads = max(64, _pow2_at_least(-(-n // (vec * items))))
     if threads > 1024:
@@ -193,6 +196,7 @@ def _norm_forward(
     x_ptr, y_ptr = data_ptr(x), data_ptr(y)
     w_ptr, b_ptr = _ptr(backend, weight), _ptr(backend, bias)
     param = weight if weight is not None else bias
+    tune = _tuning.current.norm_loss
     key = (
         "fwd",
         rows,
@@ -204,16 +208,18 @@ def _norm_forward(
         y_ptr % 16,
         None if w_ptr is None else w_ptr % 16,
         None if b_ptr is None else b_ptr % 16,
-        _knobs(),
+        tune,
     )
-    plan = _plans.get(key)
+    plan = _plans_get(key)
     if plan is None:
         t = CTYPE[x.dtype.name]
         p = CTYPE[param.dtype.name] if param is not None else t
         vec = vector_width(x.dtype.itemsize, n, [x_ptr, y_ptr, w_ptr, b_ptr])
-        cfg = row_config(n, vec, _w_size(x.dtype), 1, _data_size(x.dtype))
+        cfg = row_config(n, vec, _w_size(x.dtype), 1, _data_size(x.dtype, tune), tune)
         name = f"ignis::norm_fwd<{t}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>"
-        plan = _remember(key, (name, _grid(rows, cfg), cfg[2]))
+        plan = _plans.remember(key, RowLaunch(name, _grid(rows, cfg), cfg[2]))
+    else:
+        _plans.hits += 1
     name, grid, block = plan
     args = [
         x_ptr,
@@ -252,6 +258,7 @@ def _norm_backward(
     mean_ptr, rstd_ptr = _ptr(backend, mean), data_ptr(rstd)
     gx_ptr = _ptr(backend, grad_x)
     w_ptr = _ptr(backend, weight) if grad_x is not None else None
+    tune = _tuning.current.norm_loss
     key = (
         "bwd",
         rows,
@@ -268,16 +275,29 @@ def _norm_backward(
         x_ptr % 16,
         None if gx_ptr is None else gx_ptr % 16,
         None if w_ptr is None else w_ptr % 16,
-        _knobs(),
+        tune,
     )
-    plan = _plans.get(key)
+    plan = _plans_get(key)
     if plan is None:
-        plan = _remember(
+        plan = _plans.remember(
             key,
             _plan_backward(
-                grad_x, grad_weight, grad_bias, grad_y, x, weight, rms, g_ptr, x_ptr, gx_ptr, w_ptr
+                grad_x,
+                grad_weight,
+                grad_bias,
+                grad_y,
+                x,
+                weight,
+                rms,
+                g_ptr,
+                x_ptr,
+                gx_ptr,
+                w_ptr,
+                tune,
             ),
         )
+    else:
+        _plans.hits += 1
     row_launch, param_plan = plan
     if row_launch is not None:
         name, grid, block = row_launch
@@ -298,18 +318,18 @@ def _norm_backward(
     _launch(
         backend,
         "norm.cu",
-        partials[0],
-        partials[1],
-        partials[2],
+        partials.name,
+        partials.grid,
+        partials.block,
         [g_ptr, x_ptr, mean_ptr, rstd_ptr, pw_ptr, _ptr(backend, pb), rows, n, per_split],
     )
     gw = grad_weight if grad_weight is not None else _temp(backend, (n,), w_dtype)
     _launch(
         backend,
         "norm.cu",
-        finish[0],
-        finish[1],
-        finish[2],
+        finish.name,
+        finish.grid,
+        finish.block,
         [pw_ptr, _ptr(backend, pb), data_ptr(gw), _ptr(backend, grad_bias), splits, n],
     )
 
@@ -326,44 +346,45 @@ def _plan_backward(
     x_ptr: int,
     gx_ptr: int | None,
     w_ptr: int | None,
-) -> tuple[Any, ...]:
-    """``(row launch, parameter plan)`` of :func:`_norm_backward`: the input-gradient kernel's
-    ``(name, grid, block)`` (None without ``grad_x``) and ``(splits, rows per split, partials
-    dtype, partials launch, finish launch)`` for the weight/bias gradients (None without them)."""
+    tune: NormLossSettings,
+) -> BackwardPlan:
+    """The :class:`BackwardPlan` of :func:`_norm_backward` under the norm_loss settings
+    ``tune``."""
     rows, n = x.shape
     t, g = CTYPE[x.dtype.name], CTYPE[grad_y.dtype.name]
     row_launch = None
     if grad_x is not None:
         p = CTYPE[weight.dtype.name] if weight is not None else t
         vec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr, gx_ptr, w_ptr])
-        cfg = row_config(n, vec, _w_size(x.dtype), 2, _data_size(x.dtype))
-        row_launch = (
+        cfg = row_config(n, vec, _w_size(x.dtype), 2, _data_size(x.dtype, tune), tune)
+        row_launch = RowLaunch(
             f"ignis::norm_bwd<{t}, {g}, {p}, {vec}, {cfg[1]}, {_BOOL[cfg[0]]}, {_BOOL[rms]}>",
             _grid(rows, cfg),
             cfg[2],
         )
     if grad_weight is None and grad_bias is None:
-        return row_launch, None
+        return BackwardPlan(row_launch, None)
     w_dtype = dt.float64 if x.dtype == dt.float64 else dt.float32
-    pvec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr]) if PARAM_VECTOR_LOADS else 1
+    pvec = vector_width(x.dtype.itemsize, n, [g_ptr, x_ptr]) if tune.param_vector_loads else 1
     col_tiles = -(-n // (32 * pvec))
     splits = 1
-    if col_tiles < PARAM_TARGET_BLOCKS:
-        splits = max(1, min(-(-PARAM_TARGET_BLOCKS // col_tiles), rows // PARAM_MIN_ROWS))
+    target = tune.param_target_blocks
+    if col_tiles < target:
+        splits = max(1, min(-(-target // col_tiles), rows // tune.param_min_rows))
     per_split = -(-rows // splits)
     splits = -(-rows // per_split)
     out = CTYPE[grad_weight.dtype.name] if grad_weight is not None else CTYPE[w_dtype.name]
-    partials = (
+    partials = RowLaunch(
         f"ignis::norm_param_partials<{t}, {g}, {pvec}, {_BOOL[rms]}>",
         (col_tiles, splits),
-        (32, PARAM_BLOCK_Y),
+        (32, tune.param_block_y),
     )
-    finish = (
+    finish = RowLaunch(
         f"ignis::norm_param_finish<{_w_ctype(x.dtype)}, {out}>",
         min(MAX_GRID, -(-n // 256)),
         256,
     )
-    return row_launch, (splits, per_split, w_dtype, partials, finish)
+    return BackwardPlan(row_launch, ParamPlan(splits, per_split, w_dtype, partials, finish))
 
 
 def layer_norm(
@@ -426,7 +447,7 @@ def softmax_backward(backend: Any, grad_x: NvArray, grad_y: NvArray, y: NvArray,
     vec = vector_width(y.dtype.itemsize, n, ptrs)
     # Softmax backward keeps sizing the cache in the compute type (fewer packs per thread for
     # 16-bit rows than the norms): it already runs ahead of PyTorch.
-    cfg = row_config(n, vec, _w_size(y.dtype), 2)
+    cfg = row_config(n, vec, _w_size(y.dtype), 2, None, _tuning.current.norm_loss)
     _launch(
         backend,
         "norm.cu",
@@ -441,7 +462,8 @@ def softmax_backward(backend: Any, grad_x: NvArray, grad_y: NvArray, y: NvArray,
 
 
 def _ce_threads(n_classes: int) -> int:
-    return min(CE_MAX_THREADS, max(32, _pow2_at_least(-(-n_classes // CE_VALUES))))
+    values = _tuning.current.norm_loss.ce_values
+    return min(CE_MAX_THREADS, max(32, _pow2_at_least(-(-n_classes // values))))
 
 
 def _ignore(ignore_index: int | None) -> tuple[int, bool]:
@@ -564,3 +586,25 @@ def cross_entropy_backward(
             reduction == "none",
         ],
     )
+
+
+# The module globals these settings replaced keep reading and setting them (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__],
+    {
+        name.upper(): ("norm_loss", name)
+        for name in (
+            "warp_max_n",
+            "warp_bytes",
+            "block_bytes",
+            "block_bytes_of_data",
+            "block_min_threads",
+            "warp_rows_per_block",
+            "param_target_blocks",
+            "param_min_rows",
+            "param_vector_loads",
+            "param_block_y",
+            "ce_values",
+        )
+    },
+)

@@ -1,12 +1,15 @@
 """Multi-tensor optimizer hooks of the CUDA backend (kernels in ``cuda_src/optim.cu``).
 
 A call packs the addresses and sizes of all its tensors into a table of int64 (see the notes at
-the top of ``optim.cu``): ``K`` address slots per tensor, the element counts, then one
-(tensor, chunk) entry per block, chunks of :data:`CHUNK` elements. The table depends only on
-the addresses and sizes, so it is cached (keyed by them) and uploaded once, asynchronously on
-the stream; later steps with the same arrays launch with identical arguments, which is what a
-captured CUDA graph needs. Optimizer updates are two launches (the step counters, then the
-update); the norm is two (per-chunk partial sums, then one block combining them in order).
+the top of ``optim.cu``): ``K`` address slots per tensor, the element counts, then one (tensor,
+chunk) entry per block, chunks of the ``optim`` settings' ``chunk`` elements (``ignis.tuning``,
+read once per call). The table depends only on the addresses, the sizes and the chunk, so it is
+cached (keyed by them) and uploaded once, asynchronously on the stream; later steps with the
+same arrays launch with identical arguments, which is what a captured CUDA graph needs. (So the
+tables are the backend's own, kept most recently used first, and not among the caches
+``ignis.clear_caches()`` empties: a captured graph reads them by address.) Optimizer updates are
+two launches (the step counters, then the update); the norm is two (per-chunk partial sums, then
+one block combining them in order).
 
 ``sgd`` and ``adam`` prepare (build or find the table: the only allocation) and return the
 launches as a function, so that the front end can prepare several updates before launching any
@@ -15,6 +18,7 @@ launches as a function, so that the front end can prepare several updates before
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ... import _dtypes as dt
+from ... import _tuning
 from ..._memory import memcpy
 from ._kernels import library_kernel
 from .reduction import CTYPE, _temp
@@ -32,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["sgd", "adam", "l2_norm", "scale", "update_scale", "name_expressions", "pack_table"]
 
 SOURCE = "optim.cu"
-CHUNK = 1 << 16  # elements per block (a multiple of 4)
 THREADS = 512
 COUNT_THREADS = 128
 NORM_THREADS = 1024
@@ -66,14 +70,14 @@ class _Tables:
         self.entries: OrderedDict[tuple, tuple[NvArray, np.ndarray, int, int]] = OrderedDict()
 
     def get(
-        self, backend: Any, slots: list[list[int]], numels: list[int]
+        self, backend: Any, slots: list[list[int]], numels: list[int], chunk: int
     ) -> tuple[NvArray, int, int]:
-        key = (tuple(tuple(s) for s in slots), tuple(numels), CHUNK)
+        key = (tuple(tuple(s) for s in slots), tuple(numels), chunk)
         hit = self.entries.get(key)
         if hit is not None:
             self.entries.move_to_end(key)
             return hit[0], hit[2], hit[3]
-        host = pack_table(slots, numels, CHUNK)
+        host = pack_table(slots, numels, chunk)
         T, B = len(numels), (len(host) - (len(slots) + 1) * len(numels)) // 2
         table = _temp(backend, host.shape, dt.int64)
         # Asynchronous on the stream: no host synchronization; the host copy stays referenced.
@@ -139,7 +143,8 @@ def _update(backend: Any, kernel: str, slots: list[list[int]], params: list[NvAr
             lr: NvArray, found_inf: NvArray | None, extra: list[Any],
             keep: tuple[Any, ...]) -> Callable[[], None]:
     numels = [p.numel for p in params]
-    table, T, B = _tables(backend).get(backend, slots, numels)
+    chunk = _tuning.current.optim.chunk  # read once: the table and the launch must agree
+    table, T, B = _tables(backend).get(backend, slots, numels, chunk)
     K = len(slots)
     tp, fi = backend.data_ptr(table), _ptr(backend, found_inf)
 
@@ -150,7 +155,7 @@ def _update(backend: Any, kernel: str, slots: list[list[int]], params: list[NvAr
                 [tp, T, K, B, K - 1, fi])
         if B:
             _launch(backend, kernel, B, THREADS,
-                    [tp, T, K, B, CHUNK, backend.data_ptr(lr), int(lr.dtype is dt.float64), fi]
+                    [tp, T, K, B, chunk, backend.data_ptr(lr), int(lr.dtype is dt.float64), fi]
                     + extra)
 
     return launch
@@ -187,36 +192,37 @@ def adam(backend: Any, params: list[NvArray], grads: list[NvArray], exp_avgs: li
                    found_inf, extra, (params, grads, exp_avgs, exp_avg_sqs, vmaxes, masters, steps))
 
 
+def _single_table(backend: Any, tensors: list[NvArray]) -> tuple[NvArray, int, int, int]:
+    """``(table, T, B, chunk)`` of a one-slot launch over ``tensors``."""
+    chunk = _tuning.current.optim.chunk
+    slots = [_ptrs(backend, tensors, len(tensors))]
+    return (*_tables(backend).get(backend, slots, [x.numel for x in tensors], chunk), chunk)
+
+
 def l2_norm(backend: Any, out: NvArray, tensors: list[NvArray]) -> None:
-    n = len(tensors)
-    table, T, B = _tables(backend).get(backend, [_ptrs(backend, tensors, n)],
-                                       [x.numel for x in tensors])
+    table, T, B, chunk = _single_table(backend, tensors)
     partial = _temp(backend, (max(B, 1),), dt.float64)
     if B:
         _launch(backend, f"ignis::optim_sumsq_partial<{CTYPE[tensors[0].dtype.name]}>", B,
-                THREADS, [backend.data_ptr(table), T, 1, B, CHUNK, backend.data_ptr(partial)])
+                THREADS, [backend.data_ptr(table), T, 1, B, chunk, backend.data_ptr(partial)])
     _launch(backend, "ignis::ignis_optim_norm_final", 1, NORM_THREADS,
             [backend.data_ptr(partial), B, backend.data_ptr(out)])
 
 
 def scale(backend: Any, tensors: list[NvArray], factor: NvArray, mode: int, max_norm: float,
           found_inf: NvArray | None) -> None:
-    n = len(tensors)
-    table, T, B = _tables(backend).get(backend, [_ptrs(backend, tensors, n)],
-                                       [x.numel for x in tensors])
+    table, T, B, chunk = _single_table(backend, tensors)
     if B:
         _launch(backend, f"ignis::optim_scale<{CTYPE[tensors[0].dtype.name]}>", B, THREADS,
-                [backend.data_ptr(table), T, 1, B, CHUNK, backend.data_ptr(factor), mode,
+                [backend.data_ptr(table), T, 1, B, chunk, backend.data_ptr(factor), mode,
                  max_norm, _ptr(backend, found_inf)])
 
 
 def zero(backend: Any, tensors: list[NvArray]) -> None:
-    n = len(tensors)
-    table, T, B = _tables(backend).get(backend, [_ptrs(backend, tensors, n)],
-                                       [x.numel for x in tensors])
+    table, T, B, chunk = _single_table(backend, tensors)
     if B:
         _launch(backend, f"ignis::optim_zero<{CTYPE[tensors[0].dtype.name]}>", B, THREADS,
-                [backend.data_ptr(table), T, 1, B, CHUNK])
+                [backend.data_ptr(table), T, 1, B, chunk])
 
 
 def update_scale(backend: Any, scale_: NvArray, tracker: NvArray, found_inf: NvArray,
@@ -224,3 +230,7 @@ def update_scale(backend: Any, scale_: NvArray, tracker: NvArray, found_inf: NvA
     _launch(backend, "ignis::ignis_optim_update_scale", 1, 1,
             [backend.data_ptr(scale_), backend.data_ptr(tracker), backend.data_ptr(found_inf),
              growth_factor, backoff_factor, growth_interval])
+
+
+# The module global this setting replaced keeps reading and setting it (deprecated).
+_tuning.keep_module_names(sys.modules[__name__], {"CHUNK": ("optim", "chunk")})

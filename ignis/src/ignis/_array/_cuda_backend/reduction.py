@@ -31,20 +31,27 @@ contiguous axis (cols); other layouts are copied to a contiguous temporary first
 float16/bfloat16 rows (up to 32768 elements) keep the row in registers in its 16-bit form
 (``softmax_packed``), so that two rows share an SM.
 
-The module constants below are tuning knobs (tests shrink them to reach every path on small
-inputs).
+The thresholds between these layouts are the ``reduction`` and ``softmax`` settings of
+``ignis.tuning`` (:class:`ignis._tuning.ReductionSettings`, :class:`~ignis._tuning.SoftmaxSettings`;
+tests shrink them to reach every path on small inputs), read once per call and passed down as
+``tune``; remembered recipes are keyed on them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import struct
+import sys
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ... import _caches
+from ... import _caches, _tuning
 from ... import _dtypes as dt
+from ..._caches import PlanCache
+from ..._tuning import ReductionSettings, SoftmaxSettings
 from .. import _layout
 from ._kernels import CTYPE, library_kernel
 
@@ -76,35 +83,12 @@ _SUM_ACC = {
 }
 _WORK_SIZE = {"int": 4, "long long": 8, "float": 4, "double": 8}
 
-# Tuning.
-GROUP_MAX_N = 1024  # rows up to this length: a lane group per row; longer: a block per row,
-GROUP_WIDE_MAX_N = 8192  # ... except rows up to this length when there are many of them:
-GROUP_WIDE_MIN_ROWS = 8192  # a warp each
-GROUP_PACK_MIN = 4  # 16-byte packs per lane at least, for a lane group to read 16-byte packs
-TARGET_BLOCKS = 1024  # split reductions until about this many blocks run
-MIN_CHUNK = 8192  # fewest elements one block of a split row reduction takes
-MAX_SPLITS = 1024  # most blocks one output is split over
-STRIDED_MAX = 1 << 20  # up to this many elements, a strided rows layout is read in place
+# Launch limits, not choices (the ``reduction`` and ``softmax`` settings of ignis.tuning are).
 MAX_GRID = 1 << 20  # blocks per launch; kernels loop over further work
-SOFTMAX_WARP_MAX_N = 1024  # softmax rows up to this length: a warp per row in registers
-# Values one thread of softmax_block keeps in registers: float math with 16-byte packs, else
-# fewer (wider values, or more index registers per value); at 1024 threads a thread has 64
-# registers, and these are the counts that compile without spilling.
-SOFTMAX_MAX_VALUES = 32
-SOFTMAX_MAX_VALUES_NARROW = 8
-# float16/bfloat16 rows longer than this (and up to 512 threads x SOFTMAX_PACKED_ITEMS packs of
-# 8): softmax_packed; SOFTMAX_PACKED = False keeps softmax_block / softmax_online for them.
-SOFTMAX_PACKED = True
-SOFTMAX_PACKED_MIN_N = 8192
-SOFTMAX_PACKED_ITEMS = 8  # 16-byte packs per thread (the most that compile without spilling)
-SOFTMAX_PACKED_MAX_THREADS = 512  # its launch bounds: two such blocks per SM
-# Column reductions (sum, mean, max, min, var) whose contiguous kept axis spans at least
-# COLS_WIDE_MIN_BYTES: reduce_cols_wide; COLS_WIDE = False keeps reduce_cols for them.
-COLS_WIDE = True
-COLS_WIDE_MIN_BYTES = 512
-COLS_WIDE_MIN_ROWS = 128  # fewest reduced rows one block of a split takes
-COLS_WIDE_UNIT_COST = 16384  # split model: a block's fixed cost, in bytes it could have read
-COLS_WIDE_RESIDENT = 396  # resident blocks assumed where the device cannot be asked
+SOFTMAX_PACKED_MAX_THREADS = 512  # softmax_packed's launch bounds: two such blocks per SM
+# reduce_cols_wide's split model: resident blocks assumed where there is no device to ask
+# (and the cols_wide_resident setting is None)
+COLS_WIDE_RESIDENT = 396
 
 _OUTER_LAYOUT = struct.Struct("<8q8qii")  # ignis::OuterLayout
 MAX_OUTER_DIMS = 8
@@ -112,35 +96,74 @@ MAX_OUTER_DIMS = 8
 Dims = list[tuple[int, int]]  # (size, element stride), outermost first
 
 # Recipes: a reduction planned without copying its input is remembered as its temporaries' sizes
-# and its launches ``(kernel, grid, block, arguments, pointer slots)``, keyed by everything the
-# planning read: op, dtypes, shapes, strides, axes, the input and output addresses modulo 16
-# (alignment picks 16-byte packs) and the backend; all are forgotten when a tuning knob changes.
+# and its launches (:class:`Recipe`, or :class:`OneLaunch` for the usual one launch), keyed by
+# everything the planning read: op, dtypes, shapes, strides, axes, the input and output
+# addresses modulo 16 (alignment picks 16-byte packs), the backend and the reduction settings.
 # A repeated call skips planning: it allocates the temporaries (split partials, var's means) and
 # queues the same launches with its own pointers. Calls that copy (a layout the kernels cannot
 # read in place, an output they cannot write) are planned every time; their copies dominate.
-_recipes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_KNOBS = "knobs"  # the entry of _recipes that holds the tuning knobs its recipes were planned under
 _RECIPE_LIMIT = 1024
+_recipes = PlanCache(
+    "cuda.reduction.recipes",
+    _RECIPE_LIMIT,
+    "reduction, dtypes, layout, axes and settings -> its kernels, grids and temporaries",
+)
+# The lookup of every reduction: a bound method (no attribute lookup), hits uncounted (the
+# cache is registered without counts).
+_recipes_get = _recipes.get
+_caches.register(
+    _recipes.name,
+    _recipes,
+    clear=_recipes.reset,
+    max_entries=_recipes.max_entries,
+    description=_recipes.description,
+)
 _tls = threading.local()  # .record: the launches and temporaries of the call being planned, or None
 # Every reduction kernel takes its pointers first (input, output, partials, centre: at most
 # four), then its layout and sizes; a recipe resolves ints in these slots as pointers.
 _POINTER_SLOTS = 4
-_resident: dict[tuple[Any, ...], int] = {}  # (device, kernel, block) -> resident blocks
-_wide_splits: dict[tuple[int, ...], int] = {}  # wide_splits' answers
-_caches.register(
-    "cuda.reduction.recipes",
-    _recipes,
-    max_entries=_RECIPE_LIMIT,
-    description="reduction, dtypes, layout and axes -> its kernels, grids and temporaries",
-)
-_caches.register(
+_resident = PlanCache(
     "cuda.reduction.resident_blocks",
-    _resident,
-    description="(device, kernel, block) -> blocks resident per multiprocessor",
+    _RECIPE_LIMIT,
+    "(device, kernel, block) -> blocks resident at once on the device",
 )
-_caches.register(
-    "cuda.reduction.wide_splits", _wide_splits, description="wide column sums -> row splits"
+_wide_splits = PlanCache(
+    "cuda.reduction.wide_splits",
+    _RECIPE_LIMIT,
+    "wide column sums (strips, rows, resident blocks, sizes, settings) -> row splits",
 )
+
+
+class Launch(NamedTuple):
+    """One launch of a :class:`Recipe`: ``slots`` lists ``(position, source, delta)``: the
+    pointer argument at ``position`` is ``delta`` bytes after the input's first element
+    (source -1), the output's first element (-2) or temporary ``source`` (0, 1, ...)."""
+
+    kernel: Any
+    grid: Any
+    block: Any
+    args: list[Any]
+    slots: tuple[tuple[int, int, int], ...]
+
+
+class Recipe(NamedTuple):
+    """A remembered reduction: the sizes (bytes) of its temporaries, then its launches."""
+
+    sizes: tuple[int, ...]
+    launches: tuple[Launch, ...]
+
+
+class OneLaunch(NamedTuple):
+    """A remembered reduction of one launch that reads only x and writes only out, no
+    temporaries (what :func:`reduce` replays without a loop): argument ``x_pos`` holds the
+    input's distance (bytes) from x's first element, ``out_pos`` is the output."""
+
+    kernel: Any
+    grid: Any
+    block: Any
+    args: list[Any]
+    x_pos: int
+    out_pos: int
 
 
 # --- launching -----------------------------------------------------------------------------------
@@ -260,13 +283,21 @@ class Plan:
         return self.rows * (self.inner if self.kind == "cols" else 1)
 
 
-def plan_reduction(backend: Any, x: NvArray, axes: tuple[int, ...], order_free: bool) -> Plan:
+def plan_reduction(
+    backend: Any,
+    x: NvArray,
+    axes: tuple[int, ...],
+    order_free: bool,
+    tune: ReductionSettings | None = None,
+) -> Plan:
     """The :class:`Plan` reducing ``x`` over ``axes``; outputs in row-major order of the kept axes.
 
     ``order_free``: the reduced elements may be visited in any order (sum, max, ...), so reduced
     axes may be reversed and reordered to merge; not for argmax/argmin, whose result is the
-    position in the row-major order of the reduced axes.
+    position in the row-major order of the reduced axes. ``tune``: the reduction settings
+    (default: those in force).
     """
+    tune = _tuning.current.reduction if tune is None else tune
     ndim = x.ndim
     axes = tuple(sorted(axes))
     kept_axes = [d for d in range(ndim) if d not in axes]
@@ -277,7 +308,7 @@ def plan_reduction(backend: Any, x: NvArray, axes: tuple[int, ...], order_free: 
         return Plan("rows", x, backend.data_ptr(x), size, [(outputs, 0)], outputs, 0, 1)
     es = _elem_strides(x)
     if es is None:
-        return _plan_copy(backend, x, kept_axes, list(axes), order_free)
+        return _plan_copy(backend, x, kept_axes, list(axes), order_free, tune)
     ptr = backend.data_ptr(x)
     kept = merge_dims([(x.shape[d], es[d]) for d in kept_axes])
     red = [(x.shape[d], es[d]) for d in axes]
@@ -302,13 +333,18 @@ def plan_reduction(backend: Any, x: NvArray, axes: tuple[int, ...], order_free: 
         if kept and kept[-1][1] == 1 and len(kept) - 1 <= MAX_OUTER_DIMS:
             inner = kept[-1][0]
             return Plan("cols", x, ptr, size, kept[:-1], rows // inner, n, rs, inner)
-        if x.numel <= STRIDED_MAX:
+        if x.numel <= tune.strided_max:
             return Plan("rows", x, ptr, size, kept, rows, n, rs)
-    return _plan_copy(backend, x, kept_axes, list(axes), order_free)
+    return _plan_copy(backend, x, kept_axes, list(axes), order_free, tune)
 
 
 def _plan_copy(
-    backend: Any, x: NvArray, kept_axes: list[int], axes: list[int], order_free: bool
+    backend: Any,
+    x: NvArray,
+    kept_axes: list[int],
+    axes: list[int],
+    order_free: bool,
+    tune: ReductionSettings,
 ) -> Plan:
     """Copy ``x`` into a contiguous temporary with the kept axes first, then plan that."""
     perm = kept_axes + axes
@@ -317,7 +353,7 @@ def _plan_copy(
     tmp = _temp(backend, shape, x.dtype)
     _no_recipe()
     backend.copy(tmp, view)
-    plan = plan_reduction(backend, tmp, tuple(range(len(kept_axes), len(perm))), order_free)
+    plan = plan_reduction(backend, tmp, tuple(range(len(kept_axes), len(perm))), order_free, tune)
     assert plan.kind == "rows" and plan.rs == 1, plan
     return plan
 
@@ -336,11 +372,12 @@ class OpTypes:
     acc_size: int  # sizeof(acc_t)
 
 
-def _splits(units: int, n: int, min_chunk: int) -> int:
+def _splits(units: int, n: int, min_chunk: int, tune: ReductionSettings) -> int:
     """How many blocks to split each of ``units`` reductions of ``n`` elements over."""
-    if units >= TARGET_BLOCKS or n < 2 * min_chunk:
+    target = tune.target_blocks
+    if units >= target or n < 2 * min_chunk:
         return 1
-    return max(1, min(MAX_SPLITS, -(-TARGET_BLOCKS // units), n // min_chunk))
+    return max(1, min(tune.max_splits, -(-target // units), n // min_chunk))
 
 
 def _group_size(n: int) -> int:
@@ -349,18 +386,29 @@ def _group_size(n: int) -> int:
 
 
 def run_plan(
-    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+    backend: Any,
+    plan: Plan,
+    types: OpTypes,
+    out_ptr: int,
+    center: int | None,
+    div: float,
+    tune: ReductionSettings | None = None,
 ) -> None:
-    """Launch the kernels of ``plan``: ``out[k] = finish(reduce(...))`` for every output ``k``."""
+    """Launch the kernels of ``plan``: ``out[k] = finish(reduce(...))`` for every output ``k``
+    (``tune``: the reduction settings, default those in force)."""
+    tune = _tuning.current.reduction if tune is None else tune
     n, rows = plan.n, plan.rows
     if plan.kind == "cols":
-        if not _run_cols_wide(backend, plan, types, out_ptr, center, div):
-            _run_cols(backend, plan, types, out_ptr, center, div)
+        if not _run_cols_wide(backend, plan, types, out_ptr, center, div, tune):
+            _run_cols(backend, plan, types, out_ptr, center, div, tune)
     elif (
-        plan.rs != 1 or n <= GROUP_MAX_N or (n <= GROUP_WIDE_MAX_N and rows >= GROUP_WIDE_MIN_ROWS)
+        plan.rs != 1
+        or n <= tune.group_max_n
+        or (n <= tune.group_wide_max_n and rows >= tune.group_wide_min_rows)
     ):
         vec = 16 // plan.itemsize
-        packed = plan.rs == 1 and plan.ptr % plan.itemsize == 0 and n >= GROUP_PACK_MIN * 32 * vec
+        min_n = tune.group_pack_min * 32 * vec
+        packed = plan.rs == 1 and plan.ptr % plan.itemsize == 0 and n >= min_n
         _run_group(
             backend,
             plan.ptr,
@@ -375,7 +423,7 @@ def run_plan(
             vec=vec if packed else 1,
         )
     else:
-        _run_block(backend, plan, types, out_ptr, center, div)
+        _run_block(backend, plan, types, out_ptr, center, div, tune)
 
 
 def _run_group(
@@ -428,17 +476,24 @@ def _finish_partials(
 
 
 def _run_block(
-    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+    backend: Any,
+    plan: Plan,
+    types: OpTypes,
+    out_ptr: int,
+    center: int | None,
+    div: float,
+    tune: ReductionSettings,
 ) -> None:
     n, rows = plan.n, plan.rows
     vec = 16 // plan.itemsize if plan.ptr % plan.itemsize == 0 else 1
-    splits = _splits(rows, n, MIN_CHUNK)
+    min_chunk = tune.min_chunk
+    splits = _splits(rows, n, min_chunk, tune)
     chunk = n
     if splits > 1:
         per_split = -(-n // splits)
         chunk = -(-per_split // 16) * 16  # a multiple of 16 elements keeps packs aligned
         splits = -(-n // chunk)
-    threads = 512 if chunk >= 2 * MIN_CHUNK else 256
+    threads = 512 if chunk >= 2 * min_chunk else 256
     partials = _scratch(backend, rows * splits * types.acc_size) if splits > 1 else None
     name = f"ignis::reduce_block<{types.t}, {types.o}, {types.op}, {vec}>"
     _launch(
@@ -465,7 +520,13 @@ def _run_block(
 
 
 def _run_cols(
-    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+    backend: Any,
+    plan: Plan,
+    types: OpTypes,
+    out_ptr: int,
+    center: int | None,
+    div: float,
+    tune: ReductionSettings,
 ) -> None:
     inner, n = plan.inner, plan.n
     vec = 16 // plan.itemsize
@@ -475,7 +536,7 @@ def _run_cols(
     bx = min(32, _pow2_at_least(-(-inner // vec)))
     by = 256 // bx
     units = plan.rows * -(-inner // (bx * vec))
-    splits = _splits(units, n, 16 * by)
+    splits = _splits(units, n, 16 * by, tune)
     chunk = n
     if splits > 1:
         chunk = -(-n // splits)
@@ -524,57 +585,81 @@ def wide_packs(vec: int) -> int:
     return 4 if vec == 1 else (1 if vec >= 16 else 2)
 
 
-def wide_splits(units: int, n: int, resident: int, row_bytes: int, partial_bytes: int) -> int:
+def wide_splits(
+    units: int,
+    n: int,
+    resident: int,
+    row_bytes: int,
+    partial_bytes: int,
+    tune: ReductionSettings | None = None,
+) -> int:
     """How many slabs (splits) of the ``n`` reduced rows reduce_cols_wide cuts each of its
-    ``units`` strips into, at most one per COLS_WIDE_MIN_ROWS rows.
+    ``units`` strips into, at most one per ``cols_wide_min_rows`` rows (settings ``tune``,
+    default those in force).
 
     Model: ``resident`` blocks run at once, each streaming at the same rate, so the time is the
     number of waves times one unit's cost (its rows times ``row_bytes`` plus
-    COLS_WIDE_UNIT_COST), plus writing and reading back ``partial_bytes`` per split. The
+    ``cols_wide_unit_cost``), plus writing and reading back ``partial_bytes`` per split. The
     cheapest count wins, the smallest on ties. Example: 64 strips of 1 KiB rows, 16384 rows,
     396 resident blocks: 6 splits (384 blocks, one wave).
     """
-    key = (units, n, resident, row_bytes, partial_bytes, COLS_WIDE_MIN_ROWS, COLS_WIDE_UNIT_COST)
+    tune = _tuning.current.reduction if tune is None else tune
+    key = (units, n, resident, row_bytes, partial_bytes, tune)
     found = _wide_splits.get(key)
     if found is not None:
-        return found
-    most = max(1, min(MAX_SPLITS, n // COLS_WIDE_MIN_ROWS, -(-4 * resident // units)))
+        _wide_splits.hits += 1
+        return found  # type: ignore[no-any-return]
+    unit_cost = tune.cols_wide_unit_cost
+    most = max(1, min(tune.max_splits, n // tune.cols_wide_min_rows, -(-4 * resident // units)))
     best, best_cost = 1, 0.0
     for s in range(1, most + 1):
         waves = -(-units * s // resident)
-        cost = waves * (-(-n // s) * row_bytes + COLS_WIDE_UNIT_COST)
+        cost = waves * (-(-n // s) * row_bytes + unit_cost)
         if s > 1:
             cost += 2 * s * partial_bytes / resident
         if s == 1 or cost < best_cost:
             best, best_cost = s, cost
-    if len(_wide_splits) >= _RECIPE_LIMIT:
-        _wide_splits.clear()
-    _wide_splits[key] = best
+    _wide_splits.remember(key, best)
     return best
 
 
-def _resident_blocks(backend: Any, name: str, block: tuple[int, int]) -> int:
+def _resident_blocks(
+    backend: Any, name: str, block: tuple[int, int], tune: ReductionSettings | None = None
+) -> int:
     """Blocks of ``name`` (reduction.cu) that run at once on the backend's device (its SMs
-    times the blocks one SM holds); COLS_WIDE_RESIDENT where there is no device to ask."""
+    times the blocks one SM holds): the ``cols_wide_resident`` setting where it is set, else
+    asked of the device; COLS_WIDE_RESIDENT where there is no device to ask."""
+    tune = _tuning.current.reduction if tune is None else tune
+    if tune.cols_wide_resident is not None:
+        return tune.cols_wide_resident
     gpu = getattr(backend, "gpu", None)
     if gpu is None:
         return COLS_WIDE_RESIDENT
     key = (gpu.ordinal, name, block)
     count = _resident.get(key)
-    if count is None:
+    if count is not None:
+        _resident.hits += 1
+    else:
         kernel = library_kernel("reduction.cu", name, gpu)
         per_sm = kernel.max_active_blocks_per_multiprocessor(block, 0, gpu)
-        count = _resident[key] = max(1, per_sm) * max(1, int(gpu.multiprocessor_count))
-    return count
+        count = _resident.remember(key, max(1, per_sm) * max(1, int(gpu.multiprocessor_count)))
+    return count  # type: ignore[no-any-return]
 
 
 def _run_cols_wide(
-    backend: Any, plan: Plan, types: OpTypes, out_ptr: int, center: int | None, div: float
+    backend: Any,
+    plan: Plan,
+    types: OpTypes,
+    out_ptr: int,
+    center: int | None,
+    div: float,
+    tune: ReductionSettings,
 ) -> bool:
     """Run a cols plan with reduce_cols_wide; False (nothing launched) where it does not apply:
-    COLS_WIDE off, an arg-reduction, or an inner axis narrower than COLS_WIDE_MIN_BYTES."""
+    ``cols_wide`` off, an arg-reduction, or an inner axis narrower than
+    ``cols_wide_min_bytes``."""
     inner, n, size = plan.inner, plan.n, plan.itemsize
-    if not COLS_WIDE or "Arg" in types.op or inner * size < COLS_WIDE_MIN_BYTES:
+    if not tune.cols_wide or "Arg" in types.op or inner * size < tune.cols_wide_min_bytes:
         return False
     vec = 16 // size
     # 16-byte packs need every row start on a 16-byte boundary; inner may leave a tail.
@@ -586,8 +671,8 @@ def _run_cols_wide(
     name = f"ignis::reduce_cols_wide<{types.t}, {types.o}, {types.op}, {vec}, {packs}>"
     units = plan.rows * -(-inner // strip)
     outputs = plan.rows * inner
-    resident = _resident_blocks(backend, name, (32, by))
-    splits = wide_splits(units, n, resident, strip * size, outputs * types.acc_size)
+    resident = _resident_blocks(backend, name, (32, by), tune)
+    splits = wide_splits(units, n, resident, strip * size, outputs * types.acc_size, tune)
     chunk = -(-n // splits)
     splits = -(-n // chunk)
     partials = _launch_cols(backend, name, units * splits, (32, by), plan, types, out_ptr,
@@ -625,25 +710,10 @@ def _sum_types(t: str, o: str, accumulate: dt.DType, op: str = "SumOp") -> OpTyp
     return OpTypes(t, o, f"ignis::{op}<{name}>", acc, size)
 
 
-def _knobs() -> tuple[Any, ...]:
-    """The tuning knobs reduction planning reads (part of a recipe's key: tests change them)."""
-    return (
-        GROUP_MAX_N,
-        GROUP_WIDE_MAX_N,
-        GROUP_WIDE_MIN_ROWS,
-        GROUP_PACK_MIN,
-        TARGET_BLOCKS,
-        MIN_CHUNK,
-        MAX_SPLITS,
-        STRIDED_MAX,
-        MAX_GRID,
-        COLS_WIDE,
-        COLS_WIDE_MIN_BYTES,
-        COLS_WIDE_MIN_ROWS,
-        COLS_WIDE_UNIT_COST,
-        COLS_WIDE_RESIDENT,
-        _resident_blocks,
-    )
+#: ``_knobs()``: the reduction settings in force, which recipes are keyed on (the direct
+#: functions of full reductions compare them to drop a replay planned under others). A C-level
+#: call: the direct functions' replays make it once per call.
+_knobs = functools.partial(operator.attrgetter("current.reduction"), _tuning)
 
 
 def reduce(
@@ -664,6 +734,7 @@ def reduce(
     data_ptr = backend.data_ptr
     x_ptr = data_ptr(x)
     out_ptr = data_ptr(out)
+    tune = _tuning.current.reduction
     key = (
         op,
         x._dtype.name,
@@ -678,16 +749,12 @@ def reduce(
         out_ptr % 16,
         params.get("ddof", 0) if op == "var" else 0,
         backend,  # (by identity) the device, and a stand-in backend never meets a real one's
+        tune,
     )
-    recipes = _recipes
-    knobs = _knobs()
-    if recipes.get(_KNOBS) != knobs:  # planned under other tuning: forget those plans
-        recipes.clear()
-        recipes[_KNOBS] = knobs
-    recipe = recipes.get(key)
+    recipe = _recipes_get(key)
     if recipe is not None:
         # Inlined (this is every repeated reduction): new temporaries, then the launches.
-        if len(recipe) == 6:  # the usual small case: one launch reading x, writing out
+        if recipe.__class__ is OneLaunch:  # the usual small case: one launch, x to out
             kernel, grid, block, args, x_pos, out_pos = recipe
             args = args.copy()
             args[x_pos] += x_ptr
@@ -715,15 +782,12 @@ def reduce(
         return None
     _tls.record = record = []
     try:
-        _reduce_planned(backend, op, out, x, axes, accumulate, params)
+        _reduce_planned(backend, op, out, x, axes, accumulate, params, tune)
     finally:
         _tls.record = None
     recipe = _recipe(record, x, x_ptr, out, out_ptr)
     if recipe is not None:
-        if len(recipes) >= _RECIPE_LIMIT:
-            recipes.clear()
-            recipes[_KNOBS] = knobs
-        recipes[key] = recipe
+        _recipes.remember(key, recipe)
     return recipe
 
 
@@ -732,7 +796,7 @@ def replay(recipe: tuple[Any, ...] | None, device: Any) -> tuple[Any, tuple[Any,
     (argument 0) and writes ``out`` (argument 1): ``launch(stream, x_ptr, out_ptr, *arguments)``
     queues what :func:`reduce` would replay, through the kernel's prepared launch
     (``Kernel._prepared``) on ``device``. None for any other recipe."""
-    if recipe is None or len(recipe) != 6:
+    if recipe is None or recipe.__class__ is not OneLaunch:
         return None
     kernel, grid, block, args, x_pos, out_pos = recipe
     if x_pos != 0 or out_pos != 1 or args[0] != 0:
@@ -748,15 +812,10 @@ def replay(recipe: tuple[Any, ...] | None, device: Any) -> tuple[Any, tuple[Any,
 
 def _recipe(
     record: list[Any], x: NvArray, x_ptr: int, out: NvArray, out_ptr: int
-) -> tuple[Any, ...] | None:
-    """What :func:`reduce` remembers of one planned call (None: not to be remembered).
-
-    ``(temporary sizes, launches)``, or for one launch that reads only x and writes only out
-    ``(kernel, grid, block, arguments, x slot, out slot)``; a launch is ``(kernel, grid, block,
-    arguments, slots)``
-    where ``slots`` lists ``(position, source, delta)``: the pointer argument at ``position`` is
-    ``delta`` bytes after the input's first element (source -1), the output's first element
-    (-2) or temporary ``source`` (0, 1, ...). A pointer that is none of these (it lies in data
+) -> Recipe | OneLaunch | None:
+    """What :func:`reduce` remembers of one planned call (None: not to be remembered): a
+    :class:`Recipe`, or a :class:`OneLaunch` for one launch that reads only x and writes only
+    out. A pointer argument that is neither x's data, out's nor a temporary's (it lies in data
     another call would not have at the same place), or that could be more than one (addresses
     that coincide tell nothing apart), makes the call unrememberable.
     """
@@ -797,7 +856,7 @@ def _recipe(
                 slots.append((pos, -1, a - x_ptr))
             else:
                 return None
-        launches.append((kernel, grid, block, list(args), tuple(slots)))
+        launches.append(Launch(kernel, grid, block, list(args), tuple(slots)))
     if not launches:  # (launches that did not go through _launch were not recorded)
         return None
     if not sizes and len(launches) == 1:
@@ -807,8 +866,8 @@ def _recipe(
             # slot holding its distance from x's first element.
             (x_pos, _, delta), (out_pos, _, _) = slots
             args[x_pos] = delta
-            return kernel, grid, block, args, x_pos, out_pos
-    return tuple(sizes), tuple(launches)
+            return OneLaunch(kernel, grid, block, args, x_pos, out_pos)
+    return Recipe(tuple(sizes), tuple(launches))
 
 
 def _reduce_planned(
@@ -819,8 +878,9 @@ def _reduce_planned(
     axes: tuple[int, ...],
     accumulate: dt.DType,
     params: dict[str, Any],
+    tune: ReductionSettings,
 ) -> None:
-    """:func:`reduce` planned in full."""
+    """:func:`reduce` planned in full under the reduction settings ``tune``."""
     allowed = ("float32", "float64") if op in ("mean", "var") else ("float32", "float64", "int64")
     if op in ("sum", "mean", "var") and accumulate.name not in allowed:
         raise ValueError(
@@ -829,7 +889,7 @@ def _reduce_planned(
     target = _output(backend, out)
     count = math.prod(x.shape[a] for a in axes)
     t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
-    plan = plan_reduction(backend, x, axes, order_free=True)
+    plan = plan_reduction(backend, x, axes, order_free=True, tune=tune)
     out_ptr = backend.data_ptr(target)
     if op in ("sum", "mean"):
         run_plan(
@@ -839,6 +899,7 @@ def _reduce_planned(
             out_ptr,
             None,
             float(count) if op == "mean" else 1.0,
+            tune,
         )
     elif op in ("max", "min"):
         w = _WORK[x.dtype.name]
@@ -850,6 +911,7 @@ def _reduce_planned(
             out_ptr,
             None,
             0.0,
+            tune,
         )
     else:
         # var: the mean (in the accumulate type) then the mean squared deviation from it.
@@ -862,6 +924,7 @@ def _reduce_planned(
             backend.data_ptr(means),
             None,
             float(count),
+            tune,
         )
         denom = max(count - params.get("ddof", 0), 0)
         run_plan(
@@ -871,6 +934,7 @@ def _reduce_planned(
             out_ptr,
             backend.data_ptr(means),
             float(denom),
+            tune,
         )
     if target is not out:
         _no_recipe()
@@ -888,13 +952,14 @@ def arg_reduce(backend: Any, op: str, out: NvArray, x: NvArray, axis: int | None
         raise ValueError(f"{op}: attempt to get {op} of an empty sequence (shape {x.shape})")
     target = _output(backend, out)
     axes = tuple(range(x.ndim)) if axis is None else (axis,)
-    plan = plan_reduction(backend, x, axes, order_free=False)
+    tune = _tuning.current.reduction
+    plan = plan_reduction(backend, x, axes, order_free=False, tune=tune)
     w = _WORK[x.dtype.name]
     kind = "ArgMaxOp" if op == "argmax" else "ArgMinOp"
     types = OpTypes(
         CTYPE[x.dtype.name], CTYPE["int64"], f"ignis::{kind}<{w}>", f"ignis::ArgPair<{w}>", 16
     )
-    run_plan(backend, plan, types, backend.data_ptr(target), None, 0.0)
+    run_plan(backend, plan, types, backend.data_ptr(target), None, 0.0, tune)
     if target is not out:
         backend.copy(out, target)
 
@@ -919,7 +984,7 @@ def softmax(backend: Any, out: NvArray, x: NvArray, axis: int, log: bool) -> Non
     inner = merge_dims([(shape[d], es[d]) for d in range(axis + 1, len(shape))])
     layout_ok = len(outer) <= MAX_OUTER_DIMS
     if layout_ok and not inner and (rs == 1 or n == 1):
-        _softmax_rows(backend, target, x, outer, n, log)
+        _softmax_rows(backend, target, x, outer, n, log, _tuning.current.softmax)
     elif layout_ok and len(inner) == 1 and inner[0][1] == 1:
         _softmax_cols(backend, target, x, outer, n, rs, inner[0][0], log)
     else:
@@ -936,10 +1001,16 @@ def _contiguous(backend: Any, x: NvArray) -> NvArray:
 
 
 def softmax_rows_config(
-    n: int, itemsize: int, vec_ok: bool, wide: bool = False, half: bool = False
+    n: int,
+    itemsize: int,
+    vec_ok: bool,
+    wide: bool = False,
+    half: bool = False,
+    tune: SoftmaxSettings | None = None,
 ) -> tuple[str, int, int, int]:
     """``(kernel, vec, items, threads)`` for softmax rows of ``n`` elements of ``itemsize``
-    bytes (``wide``: the math is in double; ``half``: float16/bfloat16 in and out).
+    bytes (``wide``: the math is in double; ``half``: float16/bfloat16 in and out) under the
+    softmax settings ``tune`` (default: those in force).
 
     kernel is "warp" (``items`` per lane), "block" (``threads`` per row holding ``items``
     packs of ``vec`` values each), "packed" (the same, 16-bit values kept as loaded) or
@@ -947,15 +1018,16 @@ def softmax_rows_config(
 
     Example: ``softmax_rows_config(32768, 2, True, half=True) == ("packed", 8, 8, 512)``.
     """
-    if n <= SOFTMAX_WARP_MAX_N:
+    tune = _tuning.current.softmax if tune is None else tune
+    if n <= tune.warp_max_n:
         return "warp", 1, _pow2_at_least(-(-n // 32)), 128
-    if half and vec_ok and SOFTMAX_PACKED and n > SOFTMAX_PACKED_MIN_N:
-        items = SOFTMAX_PACKED_ITEMS
+    if half and vec_ok and tune.packed and n > tune.packed_min_n:
+        items = tune.packed_items
         threads = max(64, _pow2_at_least(-(-n // (8 * items))))
         if threads <= SOFTMAX_PACKED_MAX_THREADS:
             return "packed", 8, items, threads
     vec = 16 // itemsize if vec_ok else 1
-    values = SOFTMAX_MAX_VALUES if vec >= 4 and not wide else SOFTMAX_MAX_VALUES_NARROW
+    values = tune.max_values if vec >= 4 and not wide else tune.max_values_narrow
     max_items = max(1, values // vec)
     items = 1
     while items <= max_items:
@@ -966,7 +1038,9 @@ def softmax_rows_config(
     return "online", vec, 1, 1024
 
 
-def _softmax_rows(backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, log: bool) -> None:
+def _softmax_rows(
+    backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, log: bool, tune: SoftmaxSettings
+) -> None:
     size = x.dtype.itemsize
     vec = 16 // size
     x_ptr, out_ptr = backend.data_ptr(x), backend.data_ptr(out)
@@ -978,7 +1052,7 @@ def _softmax_rows(backend: Any, out: NvArray, x: NvArray, outer: Dims, n: int, l
     )
     half = x.dtype == out.dtype and x.dtype in (dt.float16, dt.bfloat16)
     kernel, vec, items, threads = softmax_rows_config(
-        n, size, vec_ok, out.dtype == dt.float64, half
+        n, size, vec_ok, out.dtype == dt.float64, half, tune
     )
     rows = math.prod(d[0] for d in outer)
     t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
@@ -1043,3 +1117,39 @@ def _softmax_cols(
             bool(log),
         ],
     )
+
+
+# The module globals these settings replaced keep reading and setting them (deprecated).
+_tuning.keep_module_names(
+    sys.modules[__name__],
+    {
+        **{
+            name.upper(): ("reduction", name)
+            for name in (
+                "group_max_n",
+                "group_wide_max_n",
+                "group_wide_min_rows",
+                "group_pack_min",
+                "target_blocks",
+                "min_chunk",
+                "max_splits",
+                "strided_max",
+                "cols_wide",
+                "cols_wide_min_bytes",
+                "cols_wide_min_rows",
+                "cols_wide_unit_cost",
+            )
+        },
+        **{
+            "SOFTMAX_" + name.upper(): ("softmax", name)
+            for name in (
+                "warp_max_n",
+                "max_values",
+                "max_values_narrow",
+                "packed",
+                "packed_min_n",
+                "packed_items",
+            )
+        },
+    },
+)
