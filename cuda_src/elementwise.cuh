@@ -94,6 +94,8 @@ IGNIS_DEV float m_exp(float x) { return expf(x); }
 IGNIS_DEV double m_exp(double x) { return exp(x); }
 IGNIS_DEV float m_log(float x) { return logf(x); }
 IGNIS_DEV double m_log(double x) { return log(x); }
+IGNIS_DEV float m_log1p(float x) { return log1pf(x); }
+IGNIS_DEV double m_log1p(double x) { return log1p(x); }
 IGNIS_DEV float m_sqrt(float x) { return sqrtf(x); }
 IGNIS_DEV double m_sqrt(double x) { return sqrt(x); }
 IGNIS_DEV float m_sin(float x) { return sinf(x); }
@@ -222,6 +224,9 @@ struct op_exp {
 };
 struct op_log {
   template <class W> static IGNIS_DEV W apply(W x) { return m_log(x); }
+};
+struct op_log1p {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_log1p(x); }
 };
 struct op_sqrt {
   template <class W> static IGNIS_DEV W apply(W x) { return m_sqrt(x); }
