@@ -96,6 +96,20 @@ IGNIS_DEV float m_log(float x) { return logf(x); }
 IGNIS_DEV double m_log(double x) { return log(x); }
 IGNIS_DEV float m_log1p(float x) { return log1pf(x); }
 IGNIS_DEV double m_log1p(double x) { return log1p(x); }
+IGNIS_DEV float m_expm1(float x) { return expm1f(x); }
+IGNIS_DEV double m_expm1(double x) { return expm1(x); }
+IGNIS_DEV float m_log2(float x) { return log2f(x); }
+IGNIS_DEV double m_log2(double x) { return log2(x); }
+IGNIS_DEV float m_log10(float x) { return log10f(x); }
+IGNIS_DEV double m_log10(double x) { return log10(x); }
+IGNIS_DEV float m_exp2(float x) { return exp2f(x); }
+IGNIS_DEV double m_exp2(double x) { return exp2(x); }
+IGNIS_DEV float m_atan2(float y, float x) { return atan2f(y, x); }
+IGNIS_DEV double m_atan2(double y, double x) { return atan2(y, x); }
+IGNIS_DEV float m_hypot(float x, float y) { return hypotf(x, y); }
+IGNIS_DEV double m_hypot(double x, double y) { return hypot(x, y); }
+IGNIS_DEV float m_copysign(float x, float y) { return copysignf(x, y); }
+IGNIS_DEV double m_copysign(double x, double y) { return copysign(x, y); }
 IGNIS_DEV float m_sqrt(float x) { return sqrtf(x); }
 IGNIS_DEV double m_sqrt(double x) { return sqrt(x); }
 IGNIS_DEV float m_sin(float x) { return sinf(x); }
@@ -178,6 +192,16 @@ struct op_minimum {
     else return a <= b ? a : b;
   }
 };
+// Floating functions of two operands (floating work types only: _semantics' "float" rule).
+struct op_atan2 {
+  template <class W> static IGNIS_DEV W apply(W a, W b) { return m_atan2(a, b); }
+};
+struct op_hypot {
+  template <class W> static IGNIS_DEV W apply(W a, W b) { return m_hypot(a, b); }
+};
+struct op_copysign {
+  template <class W> static IGNIS_DEV W apply(W a, W b) { return m_copysign(a, b); }
+};
 struct op_equal {
   template <class W> static IGNIS_DEV bool apply(W a, W b) { return a == b; }
 };
@@ -227,6 +251,18 @@ struct op_log {
 };
 struct op_log1p {
   template <class W> static IGNIS_DEV W apply(W x) { return m_log1p(x); }
+};
+struct op_expm1 {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_expm1(x); }
+};
+struct op_log2 {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_log2(x); }
+};
+struct op_log10 {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_log10(x); }
+};
+struct op_exp2 {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_exp2(x); }
 };
 struct op_sqrt {
   template <class W> static IGNIS_DEV W apply(W x) { return m_sqrt(x); }

@@ -269,6 +269,23 @@ def _minimum(g, need, a, b):
     return _pair(need, lambda: ga, lambda: g - ga, _shape(a), _shape(b))
 
 
+def _atan2(g, need, a, b, sa, sb):
+    # d atan2(a, b) = (b da - a db) / (a^2 + b^2)
+    scale = g / (a * a + b * b)
+    return _pair(need, lambda: scale * b, lambda: -(scale * a), sa, sb)
+
+
+def _hypot(g, need, a, b, out, sa, sb):
+    g_out = g / out  # d hypot = (a da + b db) / hypot
+    return _pair(need, lambda: g_out * a, lambda: g_out * b, sa, sb)
+
+
+def _copysign(g, need, a, out, sa, sb):
+    # d copysign(a, b) / da = copysign(1, a) * copysign(1, b) = out / a; 0 at a == 0 and for b
+    # (as PyTorch)
+    return _pair(need, lambda: _ops.where(a == 0, 0.0, g * (out / a)), lambda: g * 0.0, sa, sb)
+
+
 def _neg(g, need):
     return (-g,)
 
@@ -277,6 +294,8 @@ def _abs(g, need, x):
     return (_ops.where(x > 0, g, _ops.where(x < 0, -g, 0.0)),)
 
 
+_LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -391,6 +410,23 @@ _OPS = (
                   "``a > b`` as a bool array.", operators=("__gt__",), torch="gt"),
     ElementwiseOp("greater_equal", 2, "comparison", np.greater_equal, "op_greater_equal",
                   "``a >= b`` as a bool array.", operators=("__ge__",), torch="ge"),
+    # floating functions of two operands
+    ElementwiseOp(
+        "atan2", 2, "float", np.arctan2, "op_atan2",
+        "The angle of the point ``(b, a)``: ``arctan(a / b)`` in the quadrant of the signs, in "
+        "radians in ``[-pi, pi]``. Example: ``ignis.atan2(y, x)``.",
+        _atan2, ("a", "b", "sa", "sb"), sample=(0.5, 3.0),
+    ),
+    ElementwiseOp(
+        "hypot", 2, "float", np.hypot, "op_hypot",
+        "``sqrt(a**2 + b**2)`` without overflow or underflow in between.",
+        _hypot, ("a", "b", "out", "sa", "sb"), sample=(0.5, 3.0),
+    ),
+    ElementwiseOp(
+        "copysign", 2, "float", np.copysign, "op_copysign",
+        "``|a|`` with the sign of ``b`` (the sign bit: ``-0.0`` counts as negative).",
+        _copysign, ("a", "out", "sa", "sb"),
+    ),
     # unary
     ElementwiseOp(
         "negative", 1, "numeric", np.negative, "op_neg",
@@ -409,6 +445,17 @@ _OPS = (
     ElementwiseOp("log1p", 1, "float", np.log1p, "op_log1p",
                   "``log(1 + x)``, accurate for small ``|x|`` (``-inf`` at -1, NaN below).",
                   lambda g, need, x: (g / (x + 1.0),), ("x",), sample=(-0.5, 3.0)),
+    ElementwiseOp("log2", 1, "float", np.log2, "op_log2",
+                  "Base-2 logarithm (``-inf`` at 0, NaN below).",
+                  lambda g, need, x: (g / (x * _LN2),), ("x",), sample=(0.5, 3.0)),
+    ElementwiseOp("log10", 1, "float", np.log10, "op_log10",
+                  "Base-10 logarithm (``-inf`` at 0, NaN below).",
+                  lambda g, need, x: (g / (x * _LN10),), ("x",), sample=(0.5, 3.0)),
+    ElementwiseOp("expm1", 1, "float", np.expm1, "op_expm1",
+                  "``e ** x - 1``, accurate for small ``|x|``.",
+                  lambda g, need, out: (g * (out + 1.0),), ("out",)),
+    ElementwiseOp("exp2", 1, "float", np.exp2, "op_exp2", "``2 ** x``.",
+                  lambda g, need, out: (g * out * _LN2,), ("out",)),
     ElementwiseOp("sqrt", 1, "float", np.sqrt, "op_sqrt", "Square root (NaN below 0).",
                   lambda g, need, out: (g / (out * 2.0),), ("out",), sample=(0.5, 3.0)),
     ElementwiseOp("rsqrt", 1, "float", _rsqrt, "op_rsqrt", "``1 / sqrt(x)``.",
