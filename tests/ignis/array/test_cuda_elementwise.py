@@ -84,6 +84,23 @@ def _unary_names() -> list[str]:
     return names
 
 
+class _Operand:
+    """An array operand as the op rules see it: a dtype and a shape."""
+
+    def __init__(self, dtype: dt.DType):
+        self.dtype, self.shape = dtype, (4,)
+
+
+def _binary_rule(op: str, d: dt.DType) -> tuple[dt.DType, dt.DType] | None:
+    """(compute, result dtype) of ``op`` on two ``d`` arrays, from the op rules; None where the
+    rule refuses the pair (two bools for subtract or power)."""
+    try:
+        spec = sem.binary(op, _Operand(d), _Operand(d))
+    except ignis.DTypeError:
+        return None
+    return spec.compute, spec.dtype
+
+
 def _binary_names() -> list[str]:
     """Every op on every dtype (contiguous, two arrays); strided, scalar forms and the other
     variants on a few dtypes; mixed operand dtypes and narrowing in-place outputs."""
@@ -91,10 +108,10 @@ def _binary_names() -> list[str]:
     for op in sem.BINARY_OPS:
         f = ew._BINARY_FUNCTOR[op]
         for d in ALL_DTYPES:
-            if d is dt.bool_ and op in ("subtract", "power"):
+            rule = _binary_rule(op, d)
+            if rule is None:
                 continue
-            compute = dt.float64 if op == "divide" and d.kind != "f" else d
-            out = dt.bool_ if op in sem.COMPARISON_OPS else compute
+            compute, out = rule
             w = WORK[compute]
             base = (f, w, CTYPE[out], CTYPE[d], CTYPE[d])
             v = _natural_v(out, d)
@@ -132,10 +149,10 @@ def _bcast_names() -> list[str]:
     for op in sem.BINARY_OPS:
         f = ew._BINARY_FUNCTOR[op]
         for d in ALL_DTYPES:
-            if d is dt.bool_ and op in ("subtract", "power"):
+            rule = _binary_rule(op, d)
+            if rule is None:
                 continue
-            compute = dt.float64 if op == "divide" and d.kind != "f" else d
-            out = dt.bool_ if op in sem.COMPARISON_OPS else compute
+            compute, out = rule
             base = (f, WORK[compute], CTYPE[out], CTYPE[d], CTYPE[d])
             names.append(ew.kernel_name("binary_bcast", *base, 2, ew.ROW, _natural_v(out, d)))
             if d in (dt.float32, dt.bfloat16, dt.float16, dt.int8, dt.float64) and op in (
