@@ -86,7 +86,7 @@ def test_binary_and_where_rules() -> None:
     w = sem.where(dt.bool_, dt.int8, 1.5)
     assert w.dtype is dt.float64 and w.shape == ()
     with pytest.raises(ValueError, match="unknown binary op"):
-        sem.binary("hypot", dt.float32, dt.float32)
+        sem.binary("frobnicate", dt.float32, dt.float32)
     with pytest.raises(ValueError, match="unknown unary op"):
         sem.unary("cbrt", (), dt.float32)
 
