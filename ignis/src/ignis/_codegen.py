@@ -77,14 +77,19 @@ def _compiled(source: str, filename: str) -> types.CodeType:
     return compile(source, filename, "exec")
 
 
-_caches.register(
-    "codegen.compiled",
-    lambda: _compiled.cache_info().currsize,
-    clear=_compiled.cache_clear,
-    max_entries=256,
-    description="generated source -> its Python code object",
-    stats=lambda: (_compiled.cache_info().hits, _compiled.cache_info().misses),
-)
+def _register_lru(name: str, cache: Any, description: str) -> None:
+    """Register the ``functools.lru_cache`` function ``cache`` with :mod:`ignis._caches`."""
+    _caches.register(
+        name,
+        lambda: cache.cache_info().currsize,
+        clear=cache.cache_clear,
+        max_entries=cache.cache_parameters()["maxsize"],
+        description=description,
+        stats=lambda: cache.cache_info()[:2],
+    )
+
+
+_register_lru("codegen.compiled", _compiled, "generated source -> its Python code object")
 
 
 def build_function(
@@ -155,14 +160,7 @@ def _real_source(code: types.CodeType) -> str:
     return textwrap.dedent("".join(lines[first - 1 : last]))
 
 
-_caches.register(
-    "codegen.sources",
-    lambda: _real_source.cache_info().currsize,
-    clear=_real_source.cache_clear,
-    max_entries=256,
-    description="function code -> its source text, for the inliner",
-    stats=lambda: (_real_source.cache_info().hits, _real_source.cache_info().misses),
-)
+_register_lru("codegen.sources", _real_source, "function code -> its source text, for the inliner")
 
 
 def _definition(function: Callable[..., Any]) -> ast.FunctionDef:
@@ -496,11 +494,9 @@ class Inliner:
                 node.id = new if new is not None else self._global(function, node.id)
         for handler in scan.handlers:
             handler.name = text[handler.name]
-        if tail and not _ends(body):
+        if bound is not None and (tail or result is not None) and not _ends(body):
             body.append(ast.Return(None))  # falling off the end returns None
-        elif bound is not None and not tail:
-            if result is not None and not _ends(body):
-                body.append(ast.Return(None))  # falling off the end returns None
+        if bound is not None and not tail:
             body = _returns_to(body, result, label)
         body = self._expand(first + body, expand)
         for call in marked:
@@ -718,11 +714,9 @@ def flatten(*callees: Callable[..., Any]) -> Callable[[F], F]:
     inline; the same parameters, defaults, name and docstring, the original as ``__wrapped__``.
 
     For the functions of a hot path: the body reads as calls of the real functions, which the
-    rest of the code calls too, and runs without them. The generated function runs in the
-    namespace of the decorated function's module, so its own globals read as they are
-    written; a callee of another module reads that module's globals through the module (or
-    the name the home module gives the same class or function), which the home module must
-    import.
+    rest of the code calls too, and runs without them. How it reads globals: see the module
+    notes (a callee of another module reads that module's globals through the name the home
+    module gives that module, or the same class or function, which it must import).
 
     Example::
 

@@ -41,7 +41,7 @@ import os
 import threading
 import types
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from . import _tuning_families
@@ -300,21 +300,12 @@ class Tuning:
     def knobs(self) -> list[Knob]:
         """Every setting: family, name, value in force, default, environment variable and
         what it chooses (the README's table)."""
-        rows = []
-        for family, cls in _FAMILIES.items():
-            settings = getattr(current, family)
-            for f in dataclasses.fields(cls):
-                rows.append(
-                    Knob(
-                        family,
-                        f.name,
-                        getattr(settings, f.name),
-                        f.default,
-                        variable(family, f.name),
-                        f.metadata["doc"],
-                    )
-                )
-        return rows
+        return [
+            Knob(family, f.name, getattr(getattr(current, family), f.name), f.default,
+                 variable(family, f.name), f.metadata["doc"])
+            for family, cls in _FAMILIES.items()
+            for f in dataclasses.fields(cls)
+        ]
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -356,11 +347,23 @@ def _warn_alias(module: str, name: str, family: str, knob_name: str) -> None:
     )
 
 
-def keep_module_names(module: types.ModuleType, aliases: Mapping[str, tuple[str, str]]) -> None:
-    """Let ``module``'s former tuning globals (``aliases``: global -> (family, setting)) read
+def keep_module_names(
+    module: types.ModuleType,
+    *families: str,
+    prefixes: Mapping[str, str] | None = None,
+    skip: Iterable[str] = (),
+) -> None:
+    """Let ``module``'s former tuning globals, ``<PREFIX><NAME>`` for every setting ``name`` of
+    each of ``families`` but ``skip`` (``PREFIX``: ``prefixes[family]``, default none), read
     and set the settings they became, with a DeprecationWarning (internal: called by each
-    family's module at import)."""
-    table = dict(aliases)
+    family's module at import). Example: ``keep_module_names(module, "optim")`` makes
+    ``module.CHUNK`` the ``optim.chunk`` setting."""
+    table = {
+        (prefixes or {}).get(family, "") + f.name.upper(): (family, f.name)
+        for family in families
+        for f in dataclasses.fields(_FAMILIES[family])
+        if f.name not in skip
+    }
 
     def __getattr__(name: str) -> Any:
         target = table.get(name)

@@ -140,31 +140,19 @@ Check = Callable[[Any], "str | None"]
 
 
 def _at_least(low: int) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v >= low else f"an int >= {low}"
-
-    return check
+    return lambda v: None if v >= low else f"an int >= {low}"
 
 
 def _between(low: int, high: int) -> Check:
-    def check(v: Any) -> str | None:
-        return None if low <= v <= high else f"an int from {low} to {high}"
-
-    return check
+    return lambda v: None if low <= v <= high else f"an int from {low} to {high}"
 
 
 def _one_of(*choices: Any) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v in choices else "one of " + ", ".join(repr(c) for c in choices)
-
-    return check
+    return lambda v: None if v in choices else "one of " + ", ".join(map(repr, choices))
 
 
 def _multiple_of(k: int) -> Check:
-    def check(v: Any) -> str | None:
-        return None if v >= k and v % k == 0 else f"a positive multiple of {k}"
-
-    return check
+    return lambda v: None if v >= k and v % k == 0 else f"a positive multiple of {k}"
 
 
 def _bwd_tiles_name(v: Any) -> str | None:
@@ -192,15 +180,13 @@ def _table(
     ``value_check``."""
     want = None if keys is None else frozenset(keys)
     allowed = None if some_keys is None else frozenset(some_keys)
+    if want is not None:
+        shape = f"a table with the keys {_sorted(want)}"
+    else:
+        shape = f"a table with keys among {_sorted(allowed or ())}"
 
     def check(v: Any) -> str | None:
-        if want is not None:
-            shape = f"a table with the keys {_sorted(want)}"
-        else:
-            shape = f"a table with keys among {_sorted(allowed or ())}"
-        if not isinstance(v, Mapping):
-            return shape
-        if (want is not None and set(v) != want) or (
+        if not isinstance(v, Mapping) or (want is not None and set(v) != want) or (
             allowed is not None and not set(v) <= allowed
         ):
             return shape
@@ -271,19 +257,29 @@ def _kind(f: dataclasses.Field) -> type:  # type: ignore[type-arg]
 _KIND_NAMES = {bool: "True or False", int: "an int", str: "a str", Table: "a table (a mapping)"}
 
 
+#: The families by name, in the order ``ignis.tuning()`` lists them (their declaration order).
+FAMILIES: dict[str, type] = {}
+
+
 class _FamilySettings:
     """What every family's settings share: checked on creation, hashed once, compared by
-    identity first (plan keys hold them: a lookup must stay cheap)."""
+    identity first (plan keys hold them: a lookup must stay cheap). A family's class is
+    declared as ``class XSettings(_FamilySettings, family="x")``: that makes it a frozen
+    dataclass and adds it to :data:`FAMILIES`."""
 
-    family: str = ""  # set by _family
+    family: str = ""
+
+    def __init_subclass__(cls, family: str, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.family = family
+        # eq=False: __eq__ and the cached __hash__ of _FamilySettings stay
+        dataclasses.dataclass(frozen=True, eq=False)(cls)
+        FAMILIES[family] = cls
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
-            if isinstance(value, Mapping) and not isinstance(value, Table):
-                value = Table(value)
-                object.__setattr__(self, f.name, value)
-            elif isinstance(value, list):
+            if isinstance(value, (Mapping, list)) and not isinstance(value, Table):
                 value = _frozen_value(value)
                 object.__setattr__(self, f.name, value)
             _check_value(self.family, f, value)
@@ -341,22 +337,10 @@ def _check_value(family: str, f: dataclasses.Field, value: Any) -> None:  # type
         raise ValueError(f"{where}; expected {bad}")
 
 
-def _family(name: str) -> Callable[[type], type]:
-    """Make ``cls`` a frozen dataclass of the settings of family ``name``."""
-
-    def make(cls: type) -> type:
-        cls.family = name  # type: ignore[attr-defined]
-        # eq=False: __eq__ and the cached __hash__ of _FamilySettings stay
-        return dataclasses.dataclass(frozen=True, eq=False)(cls)
-
-    return make
-
-
 # --- the families --------------------------------------------------------------------------------
 
 
-@_family("attention")
-class AttentionSettings(_FamilySettings):
+class AttentionSettings(_FamilySettings, family="attention"):
     """Fused attention (``cuda_src/attention.cu``, ``attention_sm90.cu``). Every choice gives
     the same results up to float32 summation order (and the fused backwards' order of dQ's
     atomic adds)."""
@@ -435,18 +419,8 @@ class AttentionSettings(_FamilySettings):
                 "dkdv": (64, 32, 1, 1),
                 "fused": (64, 32, 1, 1),
             },
-            ("float64", 64): {
-                "fwd": (64, 32, 1, 1),
-                "dq": (64, 32, 1, 1),
-                "dkdv": (64, 32, 1, 1),
-                "fused": (64, 32, 1, 1),
-            },
-            ("float64", 128): {
-                "fwd": (32, 32, 1, 1),
-                "dq": (32, 32, 1, 1),
-                "dkdv": (32, 32, 1, 1),
-                "fused": (32, 32, 1, 1),
-            },
+            ("float64", 64): dict.fromkeys(_SIMT_KINDS, (64, 32, 1, 1)),
+            ("float64", 128): dict.fromkeys(_SIMT_KINDS, (32, 32, 1, 1)),
         },
         "register-tiled scalar kernels' tiles per (dtype, padded head dim 64 or 128): kernel "
         "(fwd, dq, dkdv, fused) -> (rows per block, rows per streamed tile, stages, "
@@ -455,8 +429,7 @@ class AttentionSettings(_FamilySettings):
     )
 
 
-@_family("reduction")
-class ReductionSettings(_FamilySettings):
+class ReductionSettings(_FamilySettings, family="reduction"):
     """Reductions and arg-reductions (``cuda_src/reduction.cu``). Launch layouts differ in
     speed only: the same call on the same settings and device gives the same bits."""
 
@@ -503,8 +476,7 @@ class ReductionSettings(_FamilySettings):
     )
 
 
-@_family("softmax")
-class SoftmaxSettings(_FamilySettings):
+class SoftmaxSettings(_FamilySettings, family="softmax"):
     """Softmax and log-softmax (``cuda_src/softmax.cu``)."""
 
     warp_max_n: int = knob(
@@ -529,8 +501,7 @@ class SoftmaxSettings(_FamilySettings):
     )
 
 
-@_family("norm_loss")
-class NormLossSettings(_FamilySettings):
+class NormLossSettings(_FamilySettings, family="norm_loss"):
     """Layer norm, RMS norm, softmax backward and cross-entropy (``cuda_src/norm.cu``,
     ``cuda_src/cross_entropy.cu``)."""
 
@@ -570,8 +541,7 @@ class NormLossSettings(_FamilySettings):
     )
 
 
-@_family("elementwise")
-class ElementwiseSettings(_FamilySettings):
+class ElementwiseSettings(_FamilySettings, family="elementwise"):
     """Element-wise ops, copies and fills (``cuda_src/elementwise.cu``)."""
 
     blocks_per_sm: int = knob(
@@ -583,8 +553,7 @@ class ElementwiseSettings(_FamilySettings):
     )
 
 
-@_family("indexing")
-class IndexingSettings(_FamilySettings):
+class IndexingSettings(_FamilySettings, family="indexing"):
     """take, index_add, dropout and rope (``cuda_src/indexing.cu``, ``dropout.cu``,
     ``rope.cu``)."""
 
@@ -599,33 +568,15 @@ class IndexingSettings(_FamilySettings):
     )
 
 
-@_family("optim")
-class OptimSettings(_FamilySettings):
+class OptimSettings(_FamilySettings, family="optim"):
     """Multi-tensor optimizer kernels (``cuda_src/optim.cu``)."""
 
     chunk: int = knob(1 << 16, "elements per block of the multi-tensor kernels", _multiple_of(4))
 
 
-@_family("activation")
-class ActivationSettings(_FamilySettings):
+class ActivationSettings(_FamilySettings, family="activation"):
     """Activation backward passes (``cuda_src/activation.cu``)."""
 
     blocks_per_sm: int = knob(
         16, "grid cap per multiprocessor (threads loop over further vectors)", _at_least(1)
     )
-
-
-#: The families by name, in the order ``ignis.tuning()`` lists them.
-FAMILIES: dict[str, type] = {
-    cls.family: cls  # type: ignore[attr-defined]
-    for cls in (
-        AttentionSettings,
-        ReductionSettings,
-        SoftmaxSettings,
-        NormLossSettings,
-        ElementwiseSettings,
-        IndexingSettings,
-        OptimSettings,
-        ActivationSettings,
-    )
-}

@@ -96,6 +96,4 @@ def activation_backward(
 
 
 # The module global this setting replaced keeps reading and setting it (deprecated).
-_tuning.keep_module_names(
-    sys.modules[__name__], {"BLOCKS_PER_SM": ("activation", "blocks_per_sm")}
-)
+_tuning.keep_module_names(sys.modules[__name__], "activation")

@@ -743,22 +743,4 @@ def decode(
 
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
-_tuning.keep_module_names(
-    sys.modules[__name__],
-    {
-        name.upper(): ("attention", name)
-        for name in (
-            "fwd_rows_per_warp",
-            "fwd_wgmma",
-            "wgmma_tiles",
-            "wgmma_short_causal_tiles",
-            "bwd_wgmma",
-            "bwd_fused_dq",
-            "bwd_tiles",
-            "bwd_tiles_auto",
-            "simt_tiled",
-            "simt_fused_dq",
-            "simt_tiles",
-        )
-    },
-)
+_tuning.keep_module_names(sys.modules[__name__], "attention")

@@ -1009,10 +1009,4 @@ def random(
 
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
-_tuning.keep_module_names(
-    sys.modules[__name__],
-    {
-        "BLOCKS_PER_SM": ("elementwise", "blocks_per_sm"),
-        "TRANSPOSE_MIN": ("elementwise", "transpose_min"),
-    },
-)
+_tuning.keep_module_names(sys.modules[__name__], "elementwise")

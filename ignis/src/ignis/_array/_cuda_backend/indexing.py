@@ -312,10 +312,4 @@ def rope(
 
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
-_tuning.keep_module_names(
-    sys.modules[__name__],
-    {
-        name.upper(): ("indexing", name)
-        for name in ("take_rows_in_flight", "take_min_blocks_per_sm", "blocks_per_sm")
-    },
-)
+_tuning.keep_module_names(sys.modules[__name__], "indexing")

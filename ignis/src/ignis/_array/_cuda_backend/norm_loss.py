@@ -589,22 +589,4 @@ def cross_entropy_backward(
 
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
-_tuning.keep_module_names(
-    sys.modules[__name__],
-    {
-        name.upper(): ("norm_loss", name)
-        for name in (
-            "warp_max_n",
-            "warp_bytes",
-            "block_bytes",
-            "block_bytes_of_data",
-            "block_min_threads",
-            "warp_rows_per_block",
-            "param_target_blocks",
-            "param_min_rows",
-            "param_vector_loads",
-            "param_block_y",
-            "ce_values",
-        )
-    },
-)
+_tuning.keep_module_names(sys.modules[__name__], "norm_loss")

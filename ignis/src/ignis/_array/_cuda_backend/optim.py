@@ -233,4 +233,4 @@ def update_scale(backend: Any, scale_: NvArray, tracker: NvArray, found_inf: NvA
 
 
 # The module global this setting replaced keeps reading and setting it (deprecated).
-_tuning.keep_module_names(sys.modules[__name__], {"CHUNK": ("optim", "chunk")})
+_tuning.keep_module_names(sys.modules[__name__], "optim")

@@ -1122,34 +1122,8 @@ def _softmax_cols(
 # The module globals these settings replaced keep reading and setting them (deprecated).
 _tuning.keep_module_names(
     sys.modules[__name__],
-    {
-        **{
-            name.upper(): ("reduction", name)
-            for name in (
-                "group_max_n",
-                "group_wide_max_n",
-                "group_wide_min_rows",
-                "group_pack_min",
-                "target_blocks",
-                "min_chunk",
-                "max_splits",
-                "strided_max",
-                "cols_wide",
-                "cols_wide_min_bytes",
-                "cols_wide_min_rows",
-                "cols_wide_unit_cost",
-            )
-        },
-        **{
-            "SOFTMAX_" + name.upper(): ("softmax", name)
-            for name in (
-                "warp_max_n",
-                "max_values",
-                "max_values_narrow",
-                "packed",
-                "packed_min_n",
-                "packed_items",
-            )
-        },
-    },
+    "reduction",
+    "softmax",
+    prefixes={"softmax": "SOFTMAX_"},
+    skip=("cols_wide_resident",),  # new: COLS_WIDE_RESIDENT stays the no-device fallback
 )
