@@ -32,10 +32,11 @@ from ._op_table import ElementwiseOp, elementwise_ops
 from ._ops import *  # noqa: F403  (the array functions; the op table's among them)
 from .array import NvArray  # first: the modules below need the class
 
-# What ``ignis`` re-exports (``Backend``, ``get_backend``, ``register_backend`` and
-# ``ArrayDevice`` stay here, for backend authors).
+# What ``ignis`` re-exports (``get_backend`` and ``ArrayDevice`` stay here).
 __all__ = [
     "NvArray",
+    "Backend",
+    "register_backend",
     "random",
     "arange",
     "asarray",
