@@ -14,11 +14,11 @@ axes kept as 1.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ignis._array._op_table import ELEMENTWISE, unbroadcast
+from ignis._array._reduction_table import REDUCTIONS, grad_like
 
 import ignis
 from ignis import NvArray
@@ -71,50 +71,6 @@ def _clip(g, need, x, lo, hi):
     if hi is not None:
         g = ignis.where(x > hi, 0.0, g)
     return (g,)
-
-
-# --- reductions -------------------------------------------------------------------------------
-
-
-@rule("sum", fresh=False)
-def _sum(g, need, sx, keep):
-    return (g.reshape(keep).broadcast_to(sx),)
-
-
-@rule("mean", fresh=False)
-def _mean(g, need, sx, keep, n):
-    return ((g / n).reshape(keep).broadcast_to(sx),)
-
-
-@rule("max")
-def _max(g, need, x, out_keep, axes):
-    # The gradient is shared equally by all elements equal to the maximum (as torch.amax).
-    hit = x == out_keep
-    count = hit.sum(axis=axes, keepdims=True).astype(g.dtype)
-    return (ignis.where(hit, g.reshape(out_keep.shape) / count, 0.0),)
-
-
-RULES["min"] = RULES["max"]  # x == min plays the same part
-
-
-@rule("var")
-def _var(g, need, x, mean_keep, denom):
-    scale = 2.0 / denom if denom > 0 else math.inf  # N - ddof <= 0: the variance is inf/nan too
-    return ((x - mean_keep) * (g.reshape(mean_keep.shape) * scale),)
-
-
-@rule("softmax")
-def _softmax(g, need, out, axis):
-    # One fused row kernel (ignis.nn.softmax_backward): out * (g - sum(g * out)).
-    g = _grad_like(g, out)
-    return (ignis.nn.softmax_backward(g, out, axis=axis),)
-
-
-@rule("log_softmax")
-def _log_softmax(g, need, out, axis):
-    # One fused row kernel: g - exp(out) * sum(g).
-    g = _grad_like(g, out)
-    return (ignis.nn.softmax_backward(g, out, axis=axis, log=True),)
 
 
 # --- linear algebra ---------------------------------------------------------------------------
@@ -284,22 +240,13 @@ def _rms_norm(g, need, kind, *ctx):
     return gx, gw
 
 
-_HALF_TYPES = (ignis.float16, ignis.bfloat16)
-
-
 def _shaped(a, shape):
     """``a`` reshaped to ``shape``; ``a`` itself when it has that shape already (the usual case
     of the fused rules, whose saved rows are often the input itself)."""
     return a if a.shape == shape else a.reshape(shape)
 
 
-def _grad_like(g, x):
-    """``g`` in a dtype the fused backward kernels take next to ``x``: x's own, or float32 for
-    16-bit x."""
-    gd, xd = g.dtype, x.dtype
-    if gd is xd or gd == xd or (xd in _HALF_TYPES and gd == ignis.float32):
-        return g
-    return g.astype(x.dtype)
+_grad_like = grad_like  # (of the reduction table, whose softmax rules use it too)
 
 
 def _sum_batch(v, batch_axes):
@@ -364,7 +311,8 @@ def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h):
     return (grad.reshape(b, n, 3 * dim),)
 
 
-# The element-wise ops' rules are declared with the ops, in ignis' op table.
-for _op in ELEMENTWISE.values():
+# The element-wise ops' and the reductions' rules are declared with the ops, in ignis' op table
+# and reduction table.
+for _op in (*ELEMENTWISE.values(), *REDUCTIONS.values()):
     if _op.grad is not None:
         RULES[_op.name] = Rule(_op.grad, _op.fresh)

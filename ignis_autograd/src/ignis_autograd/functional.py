@@ -27,6 +27,7 @@ from ._graph import HALF
 from ._rules import shape_of
 from .tensor import (
     OP_FUNCTIONS,
+    REDUCTION_FUNCTIONS,
     Tensor,
     _tensor,
     _wants_grad,
@@ -36,17 +37,14 @@ from .tensor import (
     needs_grad,
 )
 
-# The op table's element-wise functions (add, exp, maximum, ...) come first.
+# The op table's element-wise functions (add, exp, maximum, ...) and the reduction table's
+# (sum, var, softmax, ...) come first.
 __all__ = [
     *OP_FUNCTIONS,
+    *REDUCTION_FUNCTIONS,
     "matmul",
     "where",
     "clip",
-    "sum",
-    "mean",
-    "max",
-    "min",
-    "var",
     "reshape",
     "transpose",
     "permute",
@@ -54,8 +52,6 @@ __all__ = [
     "stack",
     "add_bias",
     "linear",
-    "softmax",
-    "log_softmax",
     "cross_entropy",
     "layer_norm",
     "rms_norm",
@@ -64,6 +60,7 @@ __all__ = [
     "rope",
 ]
 globals().update(OP_FUNCTIONS)
+globals().update(REDUCTION_FUNCTIONS)
 
 _F32 = ignis.float32
 
@@ -81,37 +78,6 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
 def clip(x: Any, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     """``x`` limited to ``[min, max]``; the gradient passes inside, bounds included."""
     return _tensor(x, "clip").clip(min, max)
-
-
-# --- reductions --------------------------------------------------------------------------------
-
-
-def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    return _tensor(x, "sum").sum(axis, keepdims)
-
-
-def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
-    return _tensor(x, "mean").mean(axis, keepdims)
-
-
-def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    return _tensor(x, "max").max(axis, keepdims)
-
-
-def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
-    return _tensor(x, "min").min(axis, keepdims)
-
-
-def var(x: Any, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
-    return _tensor(x, "var").var(axis, ddof, keepdims)
-
-
-def softmax(x: Any, axis: int = -1) -> Tensor:
-    return _tensor(x, "softmax").softmax(axis)
-
-
-def log_softmax(x: Any, axis: int = -1) -> Tensor:
-    return _tensor(x, "log_softmax").log_softmax(axis)
 
 
 # --- shape -------------------------------------------------------------------------------------

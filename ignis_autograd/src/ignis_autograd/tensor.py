@@ -406,66 +406,8 @@ class Tensor:
         return apply("clip", ignis.clip(self.data, lo, hi), (self,), (self.data, lo, hi))
 
     # --- reductions ----------------------------------------------------------------------------
-
-    def sum(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        """Sum over ``axis`` (None: all; int or tuple)."""
-        x = self.data
-        out = x.sum(axis=axis, keepdims=keepdims)
-        if not needs_grad(self):
-            return apply("sum", out, (self,), ())
-        return apply("sum", out, (self,), (x.shape, _keep_shape(x.shape, axis)[1]))
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        x = self.data
-        out = x.mean(axis=axis, keepdims=keepdims)
-        if not needs_grad(self):
-            return apply("mean", out, (self,), ())
-        _, keep = _keep_shape(x.shape, axis)
-        n = x.numel // max(out.numel, 1) if out.numel else 0
-        return apply("mean", out, (self,), (x.shape, keep, n))
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        """Maximum over ``axis``; ties share the gradient equally."""
-        return self._extreme("max", axis, keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        """Minimum over ``axis``; ties share the gradient equally."""
-        return self._extreme("min", axis, keepdims)
-
-    def _extreme(self, op: str, axis: Any, keepdims: bool) -> Tensor:
-        x = self.data
-        out = (
-            x.max(axis=axis, keepdims=keepdims)
-            if op == "max"
-            else x.min(axis=axis, keepdims=keepdims)
-        )
-        if not needs_grad(self):
-            return apply(op, out, (self,), ())
-        axes, keep = _keep_shape(x.shape, axis)
-        return apply(op, out, (self,), (x, out.reshape(keep), axes))
-
-    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> Tensor:
-        """Variance ``sum((x - mean)^2) / (N - ddof)`` over ``axis``."""
-        x = self.data
-        out = x.var(axis=axis, ddof=ddof, keepdims=keepdims)
-        if not needs_grad(self):
-            return apply("var", out, (self,), ())
-        n = x.numel // max(out.numel, 1) if out.numel else 0
-        return apply("var", out, (self,), (x, x.mean(axis=axis, keepdims=True), n - ddof))
-
-    def argmax(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _plain(self.data.argmax(axis=axis, keepdims=keepdims))
-
-    def argmin(self, axis: Any = None, keepdims: bool = False) -> Tensor:
-        return _plain(self.data.argmin(axis=axis, keepdims=keepdims))
-
-    def softmax(self, axis: int = -1) -> Tensor:
-        out = ignis.softmax(self.data, axis=axis)
-        return apply("softmax", out, (self,), (out, operator.index(axis) % self.ndim))
-
-    def log_softmax(self, axis: int = -1) -> Tensor:
-        out = ignis.log_softmax(self.data, axis=axis)
-        return apply("log_softmax", out, (self,), (out, operator.index(axis) % self.ndim))
+    # The reductions and softmaxes (``t.sum()``, ``t.var(ddof=1)``, ``t.softmax()``, ...) come
+    # from ignis' reduction table (see _make_reduction_functions at the end of this module).
 
     # --- linear algebra ------------------------------------------------------------------------
 
@@ -719,3 +661,61 @@ def _make_op_functions() -> dict[str, Any]:
 
 OP_FUNCTIONS = _make_op_functions()
 globals().update(OP_FUNCTIONS)
+
+
+# --- the reduction table's functions and Tensor methods ------------------------------------------
+
+
+def _reduction_body(op: Any) -> list[str]:
+    """The body of the Tensor method for the reduction ``op`` (of ignis' reduction table), whose
+    parameters are ``op.signature``'s, ``x`` the Tensor."""
+    # the parameters after the array, passed on in their order
+    args = "".join(", " + p.split("=")[0].strip() for p in op.signature.split(",")[1:])
+    if op.grad is None:  # argmax, argmin: indices outside any graph
+        return [f"return _plain(F(x.data{args}))"]
+    name = op.name
+    ddof = "ddof" if op.ddof else "0"
+    return [
+        "dx = x.data",
+        f"out = F(dx{args})",
+        "if not needs_grad(x):",
+        f"    return apply({name!r}, out, (x,), ())",
+        # The context only when a gradient is wanted: what the rule needs, from the op's table
+        # entry, on the reduced axes as the reduction normalized them.
+        "axes, keep = _keep_shape(dx._shape, axis)",
+        f"return apply({name!r}, out, (x,), SAVES(dx, out, axes, keep, {ddof}))",
+    ]
+
+
+def _make_reduction_functions() -> dict[str, Any]:
+    """Add the Tensor method of every reduction of ignis' reduction table; returns the
+    functions ``ignis_autograd.<name>`` by name (``ignis_autograd.sum(x)`` is ``x.sum()`` for a
+    Tensor or an NvArray ``x``)."""
+    from ignis._array._reduction_table import REDUCTIONS
+    from ignis._codegen import build_function
+
+    functions = {}
+    for op in REDUCTIONS.values():
+        names = {
+            "F": getattr(ignis, op.name),
+            "SAVES": op.saves,
+            "apply": apply,
+            "needs_grad": needs_grad,
+            "_keep_shape": _keep_shape,
+            "_plain": _plain,
+            "_tensor": _tensor,
+        }
+        filename = f"<ignis_autograd reduction {op.name}>"
+        body = _reduction_body(op)
+        method = build_function(op.name, op.signature, body, names, filename)[1]
+        method.__doc__, method.__qualname__ = op.doc, f"Tensor.{op.name}"
+        setattr(Tensor, op.name, method)
+        function_body = [f"x = _tensor(x, {op.name!r})", *body]
+        fn = build_function(op.name, op.signature, function_body, names, filename)[1]
+        fn.__doc__, fn.__module__ = op.doc, "ignis_autograd"
+        functions[op.name] = fn
+    return functions
+
+
+# Not among this module's globals: sum, max and min would hide the builtins here.
+REDUCTION_FUNCTIONS = _make_reduction_functions()

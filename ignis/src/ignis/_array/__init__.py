@@ -29,6 +29,7 @@ from ._device import ArrayDevice, get_default_device, set_default_device
 from ._indexing import index_add, take
 from ._interop import from_dlpack
 from ._op_table import ElementwiseOp, elementwise_ops
+from ._reduction_table import ReductionOp, reduction_ops
 from ._ops import *  # noqa: F403  (the array functions; the op table's among them)
 from .array import NvArray  # first: the modules below need the class
 
@@ -54,6 +55,8 @@ __all__ = [
     "from_dlpack",
     "ElementwiseOp",
     "elementwise_ops",
+    "ReductionOp",
+    "reduction_ops",
     *_ops.__all__,
     "take",
     "index_add",

@@ -17,24 +17,17 @@ from .. import _dtypes as dt
 from .._caches import PlanCache
 from .._codegen import build_function
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
-from . import _creation, _layout, _op_table
+from . import _creation, _layout, _op_table, _reduction_table
 from . import _semantics as sem
 from ._op_table import ELEMENTWISE, ElementwiseOp
+from ._reduction_table import REDUCTIONS, ReductionOp
 from .array import NvArray
 
-# The op table's functions are added by _make_op_functions below.
+# The op table's and the reduction table's functions are added by _make_op_functions and
+# _make_reduction_functions below.
 __all__ = [
     "where",
     "clip",
-    "sum",
-    "mean",
-    "max",
-    "min",
-    "var",
-    "argmax",
-    "argmin",
-    "softmax",
-    "log_softmax",
     "matmul",
     "accumulate",
     "concatenate",
@@ -628,35 +621,6 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArra
     )
 
 
-def sum(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
-    """Sum over ``axis`` (None: all; int or tuple, negative allowed).
-
-    bool/integers sum to int64; float16/bfloat16 accumulate in float32.
-    Example: ``ignis.sum(x, axis=(0, -1), keepdims=True)``.
-    """
-    return _reduce("sum", x, axis, keepdims)
-
-
-def mean(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
-    """Arithmetic mean over ``axis`` (integers give float64; an empty selection gives NaN)."""
-    return _reduce("mean", x, axis, keepdims)
-
-
-def max(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
-    """Maximum over ``axis``; NaN propagates; an empty selection is a ShapeError."""
-    return _reduce("max", x, axis, keepdims)
-
-
-def min(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:  # noqa: A001
-    """Minimum over ``axis``; NaN propagates; an empty selection is a ShapeError."""
-    return _reduce("min", x, axis, keepdims)
-
-
-def var(x: NvArray, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> NvArray:
-    """Variance ``sum((x - mean)^2) / (N - ddof)`` over ``axis`` (N - ddof <= 0 gives Inf/NaN)."""
-    return _reduce("var", x, axis, keepdims, ddof)
-
-
 def _arg_reduce(op: str, x: Any, axis: Any, keepdims: bool) -> NvArray:
     x = _require_array(x, op)
     spec = sem.arg_reduction(op, x._shape, x._dtype, axis, keepdims)
@@ -669,16 +633,6 @@ def _arg_reduce(op: str, x: Any, axis: Any, keepdims: bool) -> NvArray:
     )
 
 
-def argmax(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
-    """Index of the maximum along ``axis`` (None: into the flattened array); int64; first wins."""
-    return _arg_reduce("argmax", x, axis, keepdims)
-
-
-def argmin(x: NvArray, axis: Any = None, keepdims: bool = False) -> NvArray:
-    """Index of the minimum along ``axis`` (None: into the flattened array); int64; first wins."""
-    return _arg_reduce("argmin", x, axis, keepdims)
-
-
 def _softmax(op: str, x: Any, axis: Any, log: bool) -> NvArray:
     x = _require_array(x, op)
     ax, dtype = sem.softmax(op, x._shape, x._dtype, axis)
@@ -687,14 +641,43 @@ def _softmax(op: str, x: Any, axis: Any, log: bool) -> NvArray:
     return out
 
 
-def softmax(x: NvArray, axis: int = -1) -> NvArray:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (half types computed in float32)."""
-    return _softmax("softmax", x, axis, False)
+# --- the reduction table's functions and NvArray methods --------------------------------------
 
 
-def log_softmax(x: NvArray, axis: int = -1) -> NvArray:
-    """``x - max - log(sum(exp(x - max)))`` along ``axis``."""
-    return _softmax("log_softmax", x, axis, True)
+def _reduction_body(op: ReductionOp) -> list[str]:
+    """The body of ``ignis.<name>`` and of the NvArray method for the reduction ``op`` (the
+    parameters are :attr:`ReductionOp.signature`'s): a call of the kind's common body above."""
+    name = op.name
+    if op.kind == "reduce":
+        ddof = ", ddof" if op.ddof else ""
+        return [f"return _reduce({name!r}, x, axis, keepdims{ddof})"]
+    if op.kind == "arg":
+        return [f"return _arg_reduce({name!r}, x, axis, keepdims)"]
+    return [f"return _softmax({name!r}, x, axis, {op.log!r})"]
+
+
+def _make_reduction_functions() -> None:
+    """Define ``ignis.<name>`` here and the NvArray method of every reduction of the table."""
+    names = {"_reduce": _reduce, "_arg_reduce": _arg_reduce, "_softmax": _softmax}
+    for op in REDUCTIONS.values():
+        body, filename = _reduction_body(op), f"<ignis reduction {op.name}>"
+        fn = build_function(op.name, op.signature, body, names, filename)[1]
+        fn.__doc__, fn.__module__ = op.doc, "ignis"
+        globals()[op.name] = fn
+        __all__.append(op.name)
+        # A function of its own (not fn): its qualified name is the method's. It calls the
+        # common body directly, as fn does: ``x.sum()`` is one call from ``_reduce``.
+        method = build_function(op.name, op.signature, body, names, filename)[1]
+        method.__doc__, method.__qualname__ = op.doc, f"NvArray.{op.name}"
+        setattr(NvArray, op.name, method)
+
+
+_make_reduction_functions()
+# What the reduction table's derivative rules compute with.
+from . import _nn_loss  # noqa: E402
+
+_reduction_table._ops = sys.modules[__name__]
+_reduction_table._loss = _nn_loss
 
 
 # --- matmul ------------------------------------------------------------------------------------

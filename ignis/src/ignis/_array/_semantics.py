@@ -26,6 +26,7 @@ from .._caches import PlanCache
 from .._errors import DTypeError, ShapeError
 from . import _layout
 from ._op_table import ELEMENTWISE
+from ._reduction_table import REDUCTIONS
 
 __all__ = [
     "UNARY_OPS",
@@ -54,8 +55,9 @@ UNARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op
 BINARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op.arity == 2}
 COMPARISON_OPS = tuple(n for n, rule in BINARY_OPS.items() if rule == "comparison")
 
-REDUCE_OPS = ("sum", "mean", "max", "min", "var")
-ARG_REDUCE_OPS = ("argmax", "argmin")
+# The reductions come from the reduction table.
+REDUCE_OPS = tuple(n for n, op in REDUCTIONS.items() if op.kind == "reduce")
+ARG_REDUCE_OPS = tuple(n for n, op in REDUCTIONS.items() if op.kind == "arg")
 
 
 

@@ -558,36 +558,12 @@ class NvArray:
 
     # --- method forms of the functions ---------------------------------------------------------
 
-    # The reductions go to the functions' common body (one call less: ``x.sum()`` is common).
-    def sum(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops._reduce("sum", self, axis, keepdims)
-
-    def mean(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops._reduce("mean", self, axis, keepdims)
-
-    def max(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops._reduce("max", self, axis, keepdims)
-
-    def min(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops._reduce("min", self, axis, keepdims)
-
-    def var(self, axis: Any = None, ddof: int = 0, keepdims: bool = False) -> NvArray:
-        return _ops.var(self, axis=axis, ddof=ddof, keepdims=keepdims)
-
-    def argmax(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops.argmax(self, axis=axis, keepdims=keepdims)
-
-    def argmin(self, axis: Any = None, keepdims: bool = False) -> NvArray:
-        return _ops.argmin(self, axis=axis, keepdims=keepdims)
+    # The reductions and softmaxes (``x.sum()``, ``x.var(ddof=1)``, ``x.argmax()``,
+    # ``x.softmax()``, ...) come from the reduction table (``_reduction_table``; made in
+    # ``_ops``): each calls the functions' common body directly (``x.sum()`` is common).
 
     def clip(self, min: Any = None, max: Any = None) -> NvArray:
         return _ops.clip(self, min, max)
-
-    def softmax(self, axis: int = -1) -> NvArray:
-        return _ops.softmax(self, axis=axis)
-
-    def log_softmax(self, axis: int = -1) -> NvArray:
-        return _ops.log_softmax(self, axis=axis)
 
     def matmul(self, other: NvArray, **kwargs: Any) -> NvArray:
         return _ops.matmul(self, other, **kwargs)
