@@ -22,6 +22,7 @@ from typing import Any
 
 import ignis
 from ignis import DTypeError, NvArray, ShapeError
+from ignis._exports import defined_here
 
 from ._graph import HALF
 from ._rules import shape_of
@@ -39,26 +40,9 @@ from .tensor import (
 
 # The op table's element-wise functions (add, exp, maximum, ...) and the reduction table's
 # (sum, var, softmax, ...) come first.
-__all__ = [
-    *OP_FUNCTIONS,
-    *REDUCTION_FUNCTIONS,
-    "matmul",
-    "where",
-    "clip",
-    "reshape",
-    "transpose",
-    "permute",
-    "concatenate",
-    "stack",
-    "add_bias",
-    "linear",
-    "cross_entropy",
-    "layer_norm",
-    "rms_norm",
-    "embedding",
-    "dropout",
-    "rope",
-]
+# The exports: the op tables' functions, matmul (a Tensor function), then the functions this
+# module defines (added at its end).
+__all__ = [*OP_FUNCTIONS, *REDUCTION_FUNCTIONS, "matmul"]
 globals().update(OP_FUNCTIONS)
 globals().update(REDUCTION_FUNCTIONS)
 
@@ -379,3 +363,6 @@ def rope(
     pos = as_data(positions)
     out = ignis.nn.rope(xt.data, pos, offset, base, interleaved)
     return apply("rope", out, (xt,), (pos, offset, base, interleaved))
+
+
+__all__ += defined_here(globals())

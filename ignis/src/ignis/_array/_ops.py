@@ -16,6 +16,7 @@ import numpy as np
 from .. import _dtypes as dt
 from .._caches import PlanCache
 from .._codegen import build_function
+from .._exports import defined_here
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _creation, _layout, _op_table, _reduction_table
 from . import _semantics as sem
@@ -25,14 +26,9 @@ from .array import NvArray
 
 # The op table's and the reduction table's functions are added by _make_op_functions and
 # _make_reduction_functions below.
-__all__ = [
-    "where",
-    "clip",
-    "matmul",
-    "accumulate",
-    "concatenate",
-    "stack",
-]
+# The exports: the op tables' functions (added where they are made), then the functions this
+# module defines (added at its end).
+__all__: list[str] = []
 
 
 class _Scalar:
@@ -900,3 +896,6 @@ def stack(arrays: Any, axis: int = 0) -> NvArray:
     arrays = [_require_array(x, "stack") for x in arrays]
     shape, ax, _ = sem.stack([x._shape for x in arrays], [x._dtype for x in arrays], axis)
     return concatenate([x.unsqueeze(ax) for x in arrays], axis=ax)
+
+
+__all__ += defined_here(globals())
