@@ -20,9 +20,10 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+from ignis._exports import defined_here
+
 import ignis
 from ignis import DTypeError, NvArray, ShapeError
-from ignis._exports import defined_here
 
 from ._graph import HALF
 from ._rules import shape_of

@@ -16,8 +16,8 @@ import numpy as np
 from .. import _dtypes as dt
 from .._caches import PlanCache
 from .._codegen import build_function
-from .._exports import defined_here
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
+from .._exports import defined_here
 from . import _creation, _layout, _op_table, _reduction_table
 from . import _semantics as sem
 from ._op_table import ELEMENTWISE, ElementwiseOp
