@@ -66,7 +66,7 @@ from typing import Any, TypeVar
 
 from . import _caches
 
-__all__ = ["build_function", "Inliner", "InlineError", "NoSource", "flatten"]
+__all__ = ["build_function", "build_api", "Inliner", "InlineError", "NoSource", "flatten"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -108,6 +108,35 @@ def build_function(
     function = namespace.pop(name)
     function.source = source
     return source, function
+
+
+Source = tuple[str, Sequence[str]]  # a generated function's signature and body
+
+
+def build_api(
+    name: str,
+    doc: str,
+    function: Source,
+    methods: Mapping[str, Source],
+    names: Mapping[str, Any],
+    filename: str,
+    module: str,
+    owner: type,
+) -> Callable[..., Any]:
+    """Compile an op's public function ``module.name`` from ``function`` and its methods of the
+    class ``owner`` from ``methods`` (method name -> signature and body), all with ``doc`` and
+    the globals ``names``; sets the methods on ``owner`` and returns the function.
+
+    Example: ``build_api("exp", doc, ("x", ["return _unary('exp', x)"]), {}, names,
+    "<ignis op exp>", "ignis", NvArray)``.
+    """
+    fn = build_function(name, function[0], function[1], names, filename)[1]
+    fn.__doc__, fn.__module__ = doc, module
+    for mname, (signature, body) in methods.items():
+        method = build_function(mname, signature, body, names, filename)[1]
+        method.__doc__, method.__qualname__ = doc, f"{owner.__name__}.{mname}"
+        setattr(owner, mname, method)
+    return fn
 
 
 # --- the inliner --------------------------------------------------------------------------------

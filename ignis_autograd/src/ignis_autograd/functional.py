@@ -39,10 +39,8 @@ from .tensor import (
     needs_grad,
 )
 
-# The op table's element-wise functions (add, exp, maximum, ...) and the reduction table's
-# (sum, var, softmax, ...) come first.
-# The exports: the op tables' functions, matmul (a Tensor function), then the functions this
-# module defines (added at its end).
+# The exports: the op tables' functions (add, exp, ...; sum, var, softmax, ...), matmul (a
+# Tensor function), then the functions this module defines (added at its end).
 __all__ = [*OP_FUNCTIONS, *REDUCTION_FUNCTIONS, "matmul"]
 globals().update(OP_FUNCTIONS)
 globals().update(REDUCTION_FUNCTIONS)

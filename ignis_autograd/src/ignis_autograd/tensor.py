@@ -20,6 +20,7 @@ import operator
 from typing import Any
 
 import numpy as np
+from ignis._codegen import Source
 
 import ignis
 from ignis import DeviceMismatchError, DTypeError, NvArray, ShapeError
@@ -594,10 +595,7 @@ def _ctx(op: Any) -> str:
     return "(" + "".join(p + ", " for p in parts) + ")"
 
 
-_Source = tuple[str, list[str]]  # a generated function's signature and body
-
-
-def _op_sources(op: Any) -> tuple[_Source, dict[str, _Source]]:
+def _op_sources(op: Any) -> tuple[Source, dict[str, Source]]:
     """Signature and body of ``ignis_autograd.<name>`` for the table entry ``op``, and of its
     Tensor methods and operators, by name."""
     name = op.name
@@ -634,7 +632,6 @@ def _make_op_functions() -> dict[str, Any]:
     """Add the Tensor methods and operators of every op of ignis' op table; returns the
     functions ``ignis_autograd.<name>`` by name."""
     from ignis._array._op_table import ELEMENTWISE
-    from ignis._codegen import build_function
 
     functions = {}
     for op in ELEMENTWISE.values():
@@ -648,19 +645,23 @@ def _make_op_functions() -> dict[str, Any]:
             "_tensor": _tensor,
             "shape_of": shape_of,
         }
-        filename = f"<ignis_autograd op {op.name}>"
-        fn = build_function(op.name, signature, body, names, filename)[1]
-        fn.__doc__, fn.__module__ = op.doc, "ignis_autograd"
-        functions[op.name] = fn
-        for mname, (signature, body) in methods.items():
-            method = build_function(mname, signature, body, names, filename)[1]
-            method.__doc__, method.__qualname__ = op.doc, f"Tensor.{mname}"
-            setattr(Tensor, mname, method)
+        functions[op.name] = _publish(
+            op.name, op.doc, (signature, body), methods, names, f"<ignis_autograd op {op.name}>"
+        )
     return functions
 
 
+def _publish(
+    name: str, doc: str, function: Source, methods: dict[str, Source], names: Any, filename: str
+) -> Any:
+    """``ignis_autograd.<name>`` (returned) and its Tensor methods, from their sources."""
+    from ignis._codegen import build_api
+
+    return build_api(name, doc, function, methods, names, filename, "ignis_autograd", Tensor)
+
+
+# Not among this module's globals (functional exports them): abs would hide the builtin here.
 OP_FUNCTIONS = _make_op_functions()
-globals().update(OP_FUNCTIONS)
 
 
 # --- the reduction table's functions and Tensor methods ------------------------------------------
@@ -692,7 +693,6 @@ def _make_reduction_functions() -> dict[str, Any]:
     functions ``ignis_autograd.<name>`` by name (``ignis_autograd.sum(x)`` is ``x.sum()`` for a
     Tensor or an NvArray ``x``)."""
     from ignis._array._reduction_table import REDUCTIONS
-    from ignis._codegen import build_function
 
     functions = {}
     for op in REDUCTIONS.values():
@@ -705,15 +705,12 @@ def _make_reduction_functions() -> dict[str, Any]:
             "_plain": _plain,
             "_tensor": _tensor,
         }
-        filename = f"<ignis_autograd reduction {op.name}>"
         body = _reduction_body(op)
-        method = build_function(op.name, op.signature, body, names, filename)[1]
-        method.__doc__, method.__qualname__ = op.doc, f"Tensor.{op.name}"
-        setattr(Tensor, op.name, method)
-        function_body = [f"x = _tensor(x, {op.name!r})", *body]
-        fn = build_function(op.name, op.signature, function_body, names, filename)[1]
-        fn.__doc__, fn.__module__ = op.doc, "ignis_autograd"
-        functions[op.name] = fn
+        function = (op.signature, [f"x = _tensor(x, {op.name!r})", *body])
+        functions[op.name] = _publish(
+            op.name, op.doc, function, {op.name: (op.signature, body)}, names,
+            f"<ignis_autograd reduction {op.name}>",
+        )
     return functions
 
 

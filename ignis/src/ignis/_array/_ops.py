@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _dtypes as dt
 from .._caches import PlanCache
-from .._codegen import build_function
+from .._codegen import Source, build_api
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
 from .._exports import defined_here
 from . import _creation, _layout, _op_table, _reduction_table
@@ -24,10 +24,8 @@ from ._op_table import ELEMENTWISE, ElementwiseOp
 from ._reduction_table import REDUCTIONS, ReductionOp
 from .array import NvArray
 
-# The op table's and the reduction table's functions are added by _make_op_functions and
-# _make_reduction_functions below.
-# The exports: the op tables' functions (added where they are made), then the functions this
-# module defines (added at its end).
+# The exports: the op tables' functions (added by _make_op_functions and
+# _make_reduction_functions below), then the functions this module defines (added at its end).
 __all__: list[str] = []
 
 
@@ -457,10 +455,7 @@ def _inplace(op: str, dst: NvArray, other: Any, name: str) -> NvArray:
 # --- the op table's functions and NvArray methods ---------------------------------------------
 
 
-_Source = tuple[str, list[str]]  # a generated function's signature and body
-
-
-def _op_sources(op: ElementwiseOp) -> tuple[_Source, dict[str, _Source]]:
+def _op_sources(op: ElementwiseOp) -> tuple[Source, dict[str, Source]]:
     """Signature and body of the function ``ignis.<name>`` the table entry ``op`` makes, and of
     its NvArray methods and operators, by name."""
     name = op.name
@@ -510,16 +505,16 @@ def _make_op_functions() -> None:
         "OPS": ELEMENTWISE,
     }
     for op in ELEMENTWISE.values():
-        (signature, body), methods = _op_sources(op)
-        filename = f"<ignis op {op.name}>"
-        fn = build_function(op.name, signature, body, names, filename)[1]
-        fn.__doc__, fn.__module__ = op.doc, "ignis"
-        globals()[op.name] = fn
-        __all__.append(op.name)
-        for mname, (signature, body) in methods.items():
-            method = build_function(mname, signature, body, names, filename)[1]
-            method.__doc__, method.__qualname__ = op.doc, f"NvArray.{mname}"
-            setattr(NvArray, mname, method)
+        function, methods = _op_sources(op)
+        _publish(op.name, op.doc, function, methods, names, f"<ignis op {op.name}>")
+
+
+def _publish(
+    name: str, doc: str, function: Source, methods: dict[str, Source], names: Any, filename: str
+) -> None:
+    """``ignis.<name>`` here (and in ``__all__``) and its NvArray methods, from their sources."""
+    globals()[name] = build_api(name, doc, function, methods, names, filename, "ignis", NvArray)
+    __all__.append(name)
 
 
 _make_op_functions()
@@ -656,16 +651,10 @@ def _make_reduction_functions() -> None:
     """Define ``ignis.<name>`` here and the NvArray method of every reduction of the table."""
     names = {"_reduce": _reduce, "_arg_reduce": _arg_reduce, "_softmax": _softmax}
     for op in REDUCTIONS.values():
-        body, filename = _reduction_body(op), f"<ignis reduction {op.name}>"
-        fn = build_function(op.name, op.signature, body, names, filename)[1]
-        fn.__doc__, fn.__module__ = op.doc, "ignis"
-        globals()[op.name] = fn
-        __all__.append(op.name)
-        # A function of its own (not fn): its qualified name is the method's. It calls the
-        # common body directly, as fn does: ``x.sum()`` is one call from ``_reduce``.
-        method = build_function(op.name, op.signature, body, names, filename)[1]
-        method.__doc__, method.__qualname__ = op.doc, f"NvArray.{op.name}"
-        setattr(NvArray, op.name, method)
+        # The method is a function of its own (its qualified name is the method's) that calls
+        # the common body directly, as the function does: ``x.sum()`` is one call from _reduce.
+        source = (op.signature, _reduction_body(op))
+        _publish(op.name, op.doc, source, {op.name: source}, names, f"<ignis reduction {op.name}>")
 
 
 _make_reduction_functions()
