@@ -127,6 +127,41 @@ IGNIS_DEV double m_abs(double x) { return fabs(x); }
 IGNIS_DEV float m_pow(float x, float y) { return powf(x, y); }
 IGNIS_DEV double m_pow(double x, double y) { return pow(x, y); }
 
+IGNIS_DEV float m_tan(float x) { return tanf(x); }
+IGNIS_DEV double m_tan(double x) { return tan(x); }
+IGNIS_DEV float m_asin(float x) { return asinf(x); }
+IGNIS_DEV double m_asin(double x) { return asin(x); }
+IGNIS_DEV float m_acos(float x) { return acosf(x); }
+IGNIS_DEV double m_acos(double x) { return acos(x); }
+IGNIS_DEV float m_atan(float x) { return atanf(x); }
+IGNIS_DEV double m_atan(double x) { return atan(x); }
+IGNIS_DEV float m_sinh(float x) { return sinhf(x); }
+IGNIS_DEV double m_sinh(double x) { return sinh(x); }
+IGNIS_DEV float m_cosh(float x) { return coshf(x); }
+IGNIS_DEV double m_cosh(double x) { return cosh(x); }
+IGNIS_DEV float m_asinh(float x) { return asinhf(x); }
+IGNIS_DEV double m_asinh(double x) { return asinh(x); }
+IGNIS_DEV float m_acosh(float x) { return acoshf(x); }
+IGNIS_DEV double m_acosh(double x) { return acosh(x); }
+IGNIS_DEV float m_atanh(float x) { return atanhf(x); }
+IGNIS_DEV double m_atanh(double x) { return atanh(x); }
+IGNIS_DEV float m_floor(float x) { return floorf(x); }
+IGNIS_DEV double m_floor(double x) { return floor(x); }
+IGNIS_DEV float m_ceil(float x) { return ceilf(x); }
+IGNIS_DEV double m_ceil(double x) { return ceil(x); }
+IGNIS_DEV float m_trunc(float x) { return truncf(x); }
+IGNIS_DEV double m_trunc(double x) { return trunc(x); }
+IGNIS_DEV float m_rint(float x) { return rintf(x); }
+IGNIS_DEV double m_rint(double x) { return rint(x); }
+IGNIS_DEV float m_fmod(float x, float y) { return fmodf(x, y); }
+IGNIS_DEV double m_fmod(double x, double y) { return fmod(x, y); }
+IGNIS_DEV float m_nextafter(float x, float y) { return nextafterf(x, y); }
+IGNIS_DEV double m_nextafter(double x, double y) { return nextafter(x, y); }
+IGNIS_DEV float m_log1p_exp_neg(float d) { return log1pf(expf(-d)); }
+IGNIS_DEV double m_log1p_exp_neg(double d) { return log1p(exp(-d)); }
+IGNIS_DEV bool m_signbit(float x) { return signbit(x); }
+IGNIS_DEV bool m_signbit(double x) { return signbit(x); }
+
 // Integer results wrap around: compute in the unsigned type of the same width.
 template <class W> IGNIS_DEV W wrap(typename info<W>::utype v) { return (W)v; }
 template <class W> IGNIS_DEV typename info<W>::utype uns(W v) { return (typename info<W>::utype)v; }
@@ -202,6 +237,111 @@ struct op_hypot {
 struct op_copysign {
   template <class W> static IGNIS_DEV W apply(W a, W b) { return m_copysign(a, b); }
 };
+struct op_logaddexp {  // max + log1p(exp(-|a - b|)); equal infinities give themselves
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if (a != a || b != b) return a + b;
+    W m = a > b ? a : b;
+    if (a == b) return a + m_log1p_exp_neg(W(0));  // also +-inf == +-inf: no inf - inf
+    W d = a > b ? a - b : b - a;
+    return m + m_log1p_exp_neg(d);
+  }
+};
+struct op_nextafter {
+  template <class W> static IGNIS_DEV W apply(W a, W b) { return m_nextafter(a, b); }
+};
+// a // b and a % b with Python's signs (the remainder takes the divisor's), as NumPy's
+// npy_divmod computes them for floats; integers give 0 for a zero divisor and wrap MIN // -1.
+struct op_floor_divide {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_integer_v<W>) {
+      if (b == W(0)) return W(0);
+      if constexpr (is_signed_v<W>) {
+        if (b == W(-1)) return wrap<W>((typename info<W>::utype)0 - uns(a));
+        W q = a / b;
+        return (a % b != W(0) && ((a < W(0)) != (b < W(0)))) ? W(q - W(1)) : q;
+      } else {
+        return a / b;
+      }
+    } else {
+      if (b == W(0)) return a / b;
+      W mod = m_fmod(a, b);
+      W div = (a - mod) / b;
+      if (mod != W(0) && ((b < W(0)) != (mod < W(0)))) div -= W(1);
+      if (div == W(0)) return m_copysign(W(0), a / b);
+      W fl = m_floor(div);
+      return (div - fl > W(0.5)) ? fl + W(1) : fl;
+    }
+  }
+};
+struct op_remainder {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (is_integer_v<W>) {
+      if (b == W(0)) return W(0);
+      if constexpr (is_signed_v<W>) {
+        if (b == W(-1)) return W(0);
+        W r = a % b;
+        return (r != W(0) && ((r < W(0)) != (b < W(0)))) ? W(r + b) : r;
+      } else {
+        return a % b;
+      }
+    } else {
+      W mod = m_fmod(a, b);
+      if (b == W(0)) return mod;  // NaN
+      if (mod != W(0)) return ((b < W(0)) != (mod < W(0))) ? mod + b : mod;
+      return m_copysign(W(0), b);
+    }
+  }
+};
+struct op_bitwise_and {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (same_type<W, bool>::value) return a && b;
+    else return W(a & b);
+  }
+};
+struct op_bitwise_or {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (same_type<W, bool>::value) return a || b;
+    else return W(a | b);
+  }
+};
+struct op_bitwise_xor {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    if constexpr (same_type<W, bool>::value) return a != b;
+    else return W(a ^ b);
+  }
+};
+// A shift count outside [0, bits) gives 0 (or -1 for a negative a shifted right): the same on
+// every backend, where C++ leaves it undefined.
+struct op_left_shift {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    constexpr int bits = int(sizeof(W) * 8);
+    if constexpr (is_signed_v<W>) {
+      if (b < W(0)) return W(0);
+    }
+    if (b >= W(bits)) return W(0);
+    return wrap<W>((typename info<W>::utype)(uns(a) << (int)b));
+  }
+};
+struct op_right_shift {
+  template <class W> static IGNIS_DEV W apply(W a, W b) {
+    constexpr int bits = int(sizeof(W) * 8);
+    if constexpr (is_signed_v<W>) {
+      if (b < W(0) || b >= W(bits)) return a < W(0) ? W(-1) : W(0);
+    } else {
+      if (b >= W(bits)) return W(0);
+    }
+    return W(a >> (int)b);
+  }
+};
+struct op_logical_and {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return (a != W(0)) && (b != W(0)); }
+};
+struct op_logical_or {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return (a != W(0)) || (b != W(0)); }
+};
+struct op_logical_xor {
+  template <class W> static IGNIS_DEV bool apply(W a, W b) { return (a != W(0)) != (b != W(0)); }
+};
 struct op_equal {
   template <class W> static IGNIS_DEV bool apply(W a, W b) { return a == b; }
 };
@@ -242,6 +382,98 @@ struct op_relu {  // NumPy's maximum(x, 0): NaN stays NaN
     else if constexpr (is_signed_v<W>) return x > W(0) ? x : W(0);
     else return x;
   }
+};
+struct op_tan {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_tan(x); }
+};
+struct op_asin {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_asin(x); }
+};
+struct op_acos {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_acos(x); }
+};
+struct op_atan {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_atan(x); }
+};
+struct op_sinh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_sinh(x); }
+};
+struct op_cosh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_cosh(x); }
+};
+struct op_asinh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_asinh(x); }
+};
+struct op_acosh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_acosh(x); }
+};
+struct op_atanh {
+  template <class W> static IGNIS_DEV W apply(W x) { return m_atanh(x); }
+};
+// Rounding: integers (and bool) come back as they are.
+#define IGNIS_EW_ROUNDING(NAME, FN)                                      \
+  struct NAME {                                                          \
+    template <class W> static IGNIS_DEV W apply(W x) {                   \
+      if constexpr (is_float_v<W>) return FN(x);                         \
+      else return x;                                                     \
+    }                                                                    \
+  };
+IGNIS_EW_ROUNDING(op_floor, m_floor)
+IGNIS_EW_ROUNDING(op_ceil, m_ceil)
+IGNIS_EW_ROUNDING(op_trunc, m_trunc)
+IGNIS_EW_ROUNDING(op_round, m_rint)
+#undef IGNIS_EW_ROUNDING
+struct op_sign {  // NaN stays NaN; -0 gives 0
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (is_float_v<W>) return x > W(0) ? W(1) : (x < W(0) ? W(-1) : 
+                                                                   (x == W(0) ? W(0) : x));
+    else if constexpr (is_signed_v<W>) return x > W(0) ? W(1) : (x < W(0) ? W(-1) : W(0));
+    else return x > W(0) ? W(1) : W(0);
+  }
+};
+struct op_square {
+  template <class W> static IGNIS_DEV W apply(W x) { return op_multiply::apply(x, x); }
+};
+struct op_positive {
+  template <class W> static IGNIS_DEV W apply(W x) { return x; }
+};
+struct op_reciprocal {
+  template <class W> static IGNIS_DEV W apply(W x) { return W(1) / x; }
+};
+struct op_bitwise_invert {
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (same_type<W, bool>::value) return !x;
+    else return W(~x);
+  }
+};
+// Predicates: bool out.
+struct op_isnan {
+  template <class W> static IGNIS_DEV bool apply(W x) {
+    if constexpr (is_float_v<W>) return x != x;
+    else return false;
+  }
+};
+struct op_isinf {
+  template <class W> static IGNIS_DEV bool apply(W x) {
+    if constexpr (is_float_v<W>) return isinf(x);
+    else return false;
+  }
+};
+struct op_isfinite {
+  template <class W> static IGNIS_DEV bool apply(W x) {
+    if constexpr (is_float_v<W>) return isfinite(x);
+    else return true;
+  }
+};
+struct op_signbit {
+  template <class W> static IGNIS_DEV bool apply(W x) {
+    if constexpr (is_float_v<W>) return m_signbit(x);
+    else if constexpr (is_signed_v<W>) return x < W(0);
+    else return false;
+  }
+};
+struct op_logical_not {
+  template <class W> static IGNIS_DEV bool apply(W x) { return x == W(0); }
 };
 struct op_exp {
   template <class W> static IGNIS_DEV W apply(W x) { return m_exp(x); }

@@ -29,11 +29,15 @@ from ._dtypes import (
     float32,
     float64,
     int8,
+    int16,
     int32,
     int64,
     promote_types,
     result_type,
     uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 from ._errors import (
     CompileError,

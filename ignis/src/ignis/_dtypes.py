@@ -1,16 +1,16 @@
 """The dtypes of ignis arrays and their promotion rules.
 
-Nine dtypes exist: ``bool_``, ``int8``, ``uint8``, ``int32``, ``int64``, ``float16``, ``bfloat16``,
-``float32`` and ``float64``. Each is a singleton :class:`DType`; everywhere a dtype is accepted a
-name (``"float32"``), a NumPy dtype or scalar type (``numpy.float32``) or a :class:`DType` works.
+Thirteen dtypes exist: ``bool_`` (also ``ignis.bool``), ``int8``, ``int16``, ``int32``,
+``int64``, ``uint8``, ``uint16``, ``uint32``, ``uint64``, ``float16``, ``bfloat16``, ``float32``
+and ``float64``. Each is a singleton :class:`DType`; everywhere a dtype is accepted a name
+(``"float32"``), a NumPy dtype or scalar type (``numpy.float32``) or a :class:`DType` works.
 
 Promotion (:func:`result_type`) follows NumPy 2 (NEP 50), with ``bfloat16`` as ``ml_dtypes``
-defines it, and three deliberate differences where NumPy has no answer inside our set:
+defines it, and two deliberate differences where NumPy has no answer:
 
-* ``int8`` with ``uint8`` gives ``int32`` (NumPy gives ``int16``, which ignis does not have).
-* ``bfloat16`` with ``float16`` gives ``float32``; ``bfloat16`` with ``int32``/``int64`` gives
-  ``float64`` (``ml_dtypes`` refuses both; these are the smallest types that hold both operands,
-  the same answer JAX gives).
+* ``bfloat16`` with ``float16`` gives ``float32``; ``bfloat16`` with a 16-bit integer gives
+  ``float32`` and with a wider one ``float64`` (``ml_dtypes`` refuses these; they are the
+  smallest types that hold both operands, the answer JAX gives).
 * A Python ``float`` with a ``bfloat16`` array stays ``bfloat16`` (``ml_dtypes`` does not mark
   bfloat16 as a float kind, so NumPy would give ``float64``).
 
@@ -41,9 +41,13 @@ __all__ = [
     "DTypeLike",
     "bool_",
     "int8",
-    "uint8",
+    "int16",
     "int32",
     "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "float16",
     "bfloat16",
     "float32",
@@ -103,7 +107,7 @@ class DType:
 
     @property
     def is_integer(self) -> bool:
-        """True for int8, uint8, int32 and int64 (not bool)."""
+        """True for the signed and unsigned integers (not bool)."""
         return self.kind in "iu"
 
     @property
@@ -144,9 +148,13 @@ class DType:
 
 bool_ = DType("bool", np.bool_, "b", 0)
 int8 = DType("int8", np.int8, "i", 1)
-uint8 = DType("uint8", np.uint8, "u", 1)
+int16 = DType("int16", np.int16, "i", 2)
 int32 = DType("int32", np.int32, "i", 3)
 int64 = DType("int64", np.int64, "i", 4)
+uint8 = DType("uint8", np.uint8, "u", 1)
+uint16 = DType("uint16", np.uint16, "u", 2)
+uint32 = DType("uint32", np.uint32, "u", 3)
+uint64 = DType("uint64", np.uint64, "u", 4)
 float16 = DType("float16", np.float16, "f", 1)
 bfloat16 = DType("bfloat16", None, "f", 1, itemsize=2)
 float32 = DType("float32", np.float32, "f", 3)
@@ -155,16 +163,20 @@ float64 = DType("float64", np.float64, "f", 4)
 all_dtypes: tuple[DType, ...] = (
     bool_,
     int8,
-    uint8,
+    int16,
     int32,
     int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
     float16,
     bfloat16,
     float32,
     float64,
 )
 floating_dtypes: tuple[DType, ...] = (float16, bfloat16, float32, float64)
-integer_dtypes: tuple[DType, ...] = (int8, uint8, int32, int64)
+integer_dtypes: tuple[DType, ...] = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 
 DTypeLike = DType | str | np.dtype | type
 
@@ -200,7 +212,7 @@ def as_dtype(dtype: DTypeLike, op: str = "dtype") -> DType:
     """Turn a name, NumPy dtype/scalar type or :class:`DType` into the :class:`DType`.
 
     ``op`` names the operation in the error message. Raises :class:`DTypeError` for anything
-    outside the nine supported dtypes.
+    outside the supported dtypes.
 
     Example: ``as_dtype("f4") is float32``; ``as_dtype(numpy.int8) is int8``.
     """
@@ -233,19 +245,17 @@ def as_dtype(dtype: DTypeLike, op: str = "dtype") -> DType:
 
 # --- promotion between two array dtypes --------------------------------------------------------
 
-# NumPy 2's table restricted to our dtypes, plus the documented completions for bfloat16 and
-# int8/uint8. Indexed by name pairs; symmetric.
+# NumPy 2's table restricted to our dtypes, plus the documented completions for bfloat16.
+# Indexed by name pairs; symmetric.
 _PROMOTE: dict[tuple[str, str], DType] = {}
 
 
 def _fill_promotion_table() -> None:
-    order = ["bool", "int8", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
-    overrides = {
-        ("int8", "uint8"): int32,
-        ("bfloat16", "float16"): float32,
-        ("bfloat16", "int32"): float64,
-        ("bfloat16", "int64"): float64,
-    }
+    order = [d.name for d in all_dtypes]
+    overrides = {("bfloat16", "float16"): float32}
+    for d in integer_dtypes:
+        if d.itemsize > 1:
+            overrides[("bfloat16", d.name)] = float32 if d.itemsize == 2 else float64
     for a in order:
         for b in order:
             key = tuple(sorted((a, b)))

@@ -389,9 +389,6 @@ class Tensor:
     def __rmatmul__(self, other: Any) -> Tensor:
         return matmul(other, self)
 
-    def __pos__(self) -> Tensor:
-        return self
-
     # --- elementwise functions -----------------------------------------------------------------
 
     def clip(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
@@ -602,7 +599,10 @@ def _op_sources(op: Any) -> tuple[Source, dict[str, Source]]:
     if op.arity == 1:
         args = "".join(f", {p}={v!r}" for p, v in op.defaults.items())
         call = "F(dx" + "".join(f", {p}" for p in op.params) + ")"
-        tail = [f"out = {call}", f"return apply({name!r}, out, (x,), {_ctx(op)})"]
+        if op.grad is None:  # predicates, bitwise ops: results outside any graph
+            tail = [f"return _plain({call})"]
+        else:
+            tail = [f"out = {call}", f"return apply({name!r}, out, (x,), {_ctx(op)})"]
         function = (f"x{args}", [f"x = _tensor(x, {name!r})", "dx = x.data", *tail])
         method = (f"x{args}", ["dx = x.data", *tail])
         methods = {m: method for m in op.methods}
@@ -648,6 +648,7 @@ def _make_op_functions() -> dict[str, Any]:
         functions[op.name] = _publish(
             op.name, op.doc, (signature, body), methods, names, f"<ignis_autograd op {op.name}>"
         )
+        functions.update(dict.fromkeys(op.aliases, functions[op.name]))
     return functions
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from array_helpers import ALL, FLOATS, TOL, np_dtype
+from array_helpers import ALL, FLOATS, INTS, TOL, np_dtype
 from ignis._array import _ops
 from ignis._array import _semantics as sem
 from ignis._array._op_table import ELEMENTWISE
@@ -27,8 +27,38 @@ def _ids(op):
     return op.name
 
 
+def _takes(op, dtype: str) -> bool:
+    """Whether the op's dtype rule accepts ``dtype`` (the semantics, not a list kept here)."""
+    d = dt.as_dtype(dtype)
+    try:
+        if op.arity == 1:
+            sem.unary(op.name, (), d)
+        else:
+            x = NvArray.empty((1,), d, device="cpu")
+            sem.binary(op.name, x, x)
+    except ignis.DTypeError:
+        return False
+    return True
+
+
+def _cases(ops):
+    """(op, dtype) pairs: every float dtype the op takes, or, for integer-only ops, the
+    integer dtypes."""
+    cases = []
+    for op in ops:
+        dtypes = [d for d in FLOATS if _takes(op, d)] or [d for d in INTS if _takes(op, d)]
+        cases += [pytest.param(op, d, id=f"{op.name}-{d}") for d in dtypes]
+    return cases
+
+
 def _sample(rng, op, shape, dtype):
-    """Inputs in the op's smooth range, exactly representable in ``dtype``."""
+    """Inputs in the op's smooth range, exactly representable in ``dtype``; for integers,
+    small values (shift counts within the width)."""
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        hi = min(info.max, info.bits - 1 if op.dtypes == "shift" else 40)
+        lo = 0 if op.dtypes == "shift" else max(info.min, -40)
+        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
     lo, hi = op.sample
     return rng.uniform(lo, hi, size=shape).astype(np_dtype(dtype))
 
@@ -49,13 +79,15 @@ def _laid_out(host: np.ndarray, layout: str, device: str) -> NvArray:
 
 def _reference(op, *operands: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
+        if np.asarray(operands[0]).dtype.kind in "iu":  # integers: exact in their own dtype
+            return op.numpy(*operands, **op.defaults)
         return op.numpy(*(np.asarray(x, np.float64) for x in operands), **op.defaults)
 
 
 def _check(op, got: NvArray, want: np.ndarray, dtype: str) -> None:
     out_dtype = got.dtype.name
-    if out_dtype == "bool":
-        np.testing.assert_array_equal(got.to_host(), want.astype(bool))
+    if out_dtype == "bool" or got.dtype.kind in "iu":
+        np.testing.assert_array_equal(got.to_host(), want.astype(got.dtype.numpy))
         return
     rtol, atol = TOL[dtype]
     # The result is rounded once from a value computed in (at least) float32 from inputs exact
@@ -66,8 +98,7 @@ def _check(op, got: NvArray, want: np.ndarray, dtype: str) -> None:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("op", UNARY, ids=_ids)
+@pytest.mark.parametrize(("op", "dtype"), _cases(UNARY))
 def test_unary_op_agrees_with_numpy_in_float64(device, op, dtype, layout, rng) -> None:
     host = _sample(rng, op, SHAPE, dtype)
     x = _laid_out(host, layout, device)
@@ -78,8 +109,7 @@ def test_unary_op_agrees_with_numpy_in_float64(device, op, dtype, layout, rng) -
 
 
 @pytest.mark.parametrize("layout", LAYOUTS + ["broadcast row", "scalar"])
-@pytest.mark.parametrize("dtype", FLOATS)
-@pytest.mark.parametrize("op", BINARY, ids=_ids)
+@pytest.mark.parametrize(("op", "dtype"), _cases(BINARY))
 def test_binary_op_agrees_with_numpy_in_float64(device, op, dtype, layout, rng) -> None:
     ha = _sample(rng, op, SHAPE, dtype)
     hb = _sample(rng, op, SHAPE, dtype)
@@ -88,9 +118,10 @@ def test_binary_op_agrees_with_numpy_in_float64(device, op, dtype, layout, rng) 
     elif layout == "broadcast row":
         hb = hb[0]
         a, b = _laid_out(ha, "transposed", device), NvArray.from_host(hb, device=device)
-    else:  # a Python float: weak, the array's dtype wins
-        hb = np.asarray(float(hb.flat[0]), np_dtype(dtype))
-        a, b = _laid_out(ha, "contiguous", device), float(hb)
+    else:  # a Python scalar: weak, the array's dtype wins
+        weak = int if dtype in INTS else float
+        hb = np.asarray(weak(hb.flat[0]), np_dtype(dtype))
+        a, b = _laid_out(ha, "contiguous", device), weak(hb)
     got = getattr(ignis, op.name)(a, b)
     assert got.dtype is sem.binary(op.name, a, b).dtype
     _check(op, got, _reference(op, ha, hb), dtype)
@@ -120,19 +151,22 @@ def test_result_dtype_is_numpys(op, dtype, rng) -> None:
 
 @pytest.mark.parametrize("op", OPS, ids=_ids)
 def test_function_methods_and_operators_are_one_op(device, op, rng) -> None:
-    host = [_sample(rng, op, SHAPE, "float32") for _ in range(op.arity)]
+    dtype = "float32" if _takes(op, "float32") else "int32"
+    host = [_sample(rng, op, SHAPE, dtype) for _ in range(op.arity)]
     arrays = [NvArray.from_host(h, device=device) for h in host]
     want = getattr(ignis, op.name)(*arrays).to_host()
     for name in op.methods:
         np.testing.assert_array_equal(getattr(arrays[0], name)(*arrays[1:]).to_host(), want)
     for dunder in op.operators:
-        if dunder.startswith("__r"):
+        if op.arity == 1:  # (__invert__ is not in place)
+            got = getattr(arrays[0], dunder)()
+        elif dunder.startswith("__r"):
             got = getattr(arrays[1], dunder)(arrays[0])
         elif dunder.startswith("__i"):
             got = arrays[0].clone()
             got = getattr(got, dunder)(arrays[1])
         else:
-            got = getattr(arrays[0], dunder)(*arrays[1:])
+            got = getattr(arrays[0], dunder)(arrays[1])
         np.testing.assert_array_equal(got.to_host(), want, err_msg=dunder)
 
 
@@ -141,6 +175,9 @@ def test_every_op_is_exported_once(op) -> None:
     assert getattr(ignis, op.name) is getattr(_ops, op.name)
     assert _ops.__all__.count(op.name) == 1
     assert getattr(ignis, op.name).__doc__ == op.doc
+    for alias in op.aliases:
+        assert getattr(ignis, alias) is getattr(ignis, op.name)
+        assert _ops.__all__.count(alias) == 1
 
 
 def test_an_unknown_option_value_names_the_op_and_the_choices() -> None:

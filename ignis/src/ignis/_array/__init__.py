@@ -8,7 +8,10 @@ Philox streams.
 from __future__ import annotations
 
 from . import (
+    _manipulation,
     _ops,
+    _sorting,
+    linalg,
     random,  # noqa: I001
 )
 from ._backend import Backend, get_backend, register_backend
@@ -28,9 +31,11 @@ from ._creation import (
 from ._device import ArrayDevice, get_default_device, set_default_device
 from ._indexing import index_add, take
 from ._interop import from_dlpack
+from ._manipulation import *  # noqa: F403
 from ._op_table import ElementwiseOp, elementwise_ops
-from ._reduction_table import ReductionOp, reduction_ops
 from ._ops import *  # noqa: F403  (the array functions; the op table's among them)
+from ._reduction_table import ReductionOp, reduction_ops
+from ._sorting import *  # noqa: F403
 from .array import NvArray  # first: the modules below need the class
 
 # What ``ignis`` re-exports (``get_backend`` and ``ArrayDevice`` stay here).
@@ -39,6 +44,7 @@ __all__ = [
     "Backend",
     "register_backend",
     "random",
+    "linalg",
     "arange",
     "asarray",
     "empty",
@@ -60,9 +66,12 @@ __all__ = [
     *_ops.__all__,
     "take",
     "index_add",
+    *_manipulation.__all__,
+    *_sorting.__all__,
 ]
 
 # ``import ignis.random`` works like ``ignis.random`` (the module lives in this subpackage).
 import sys as _sys  # noqa: E402
 
 _sys.modules.setdefault(__package__.rpartition(".")[0] + ".random", random)
+_sys.modules.setdefault(__package__.rpartition(".")[0] + ".linalg", linalg)

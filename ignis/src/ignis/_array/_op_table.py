@@ -21,10 +21,14 @@ existing one computes it.
 
 Dtype rules (NumPy 2's; :mod:`ignis._dtypes` promotes, Python scalars are weak):
 
-* ``float``: floating inputs keep their dtype; bool/int8/uint8 give float16 and int32/int64
-  give float64 (the loop NumPy picks for its ufuncs). For two operands, of the promoted dtype.
+* ``float``: floating inputs keep their dtype; bool/int8/uint8 give float16, int16/uint16
+  float32 and wider integers float64 (the loop NumPy picks for its ufuncs). For two operands,
+  of the promoted dtype.
 * ``numeric``: the dtype is kept; bool is refused.
 * ``any``: the dtype is kept.
+* ``integer``: integers and bool only, the (promoted) dtype kept (the bitwise ops).
+* ``predicate``: bool out, computed in the input's dtype (``isnan``, ``logical_not``).
+* ``shift``: integers only (no bool), the promoted dtype.
 * ``arithmetic``: the promoted dtype.
 * ``arithmetic_no_bool``: the promoted dtype; two bool operands are refused (as NumPy does).
 * ``true_divide``: the promoted dtype if floating, else float64 (``int / int -> float64``).
@@ -71,8 +75,10 @@ __all__ = [
     "BINARY_RULES",
 ]
 
-UNARY_RULES = ("float", "numeric", "any")
-BINARY_RULES = ("float", "arithmetic", "arithmetic_no_bool", "true_divide", "comparison")
+UNARY_RULES = ("float", "numeric", "any", "integer", "predicate")
+BINARY_RULES = (
+    "float", "arithmetic", "arithmetic_no_bool", "true_divide", "comparison", "integer", "shift"
+)
 _SAVES = {
     1: ("x", "out"),
     2: ("a", "b", "out", "sa", "sb", "a_if_b", "b_if_a", "out_if_b"),
@@ -103,6 +109,9 @@ class ElementwiseOp:
         params: keyword options of the op: name -> the accepted values, default first.
         sample: a range of inputs on which the op is smooth and finite (for tests).
         torch: the PyTorch function for the agreement tests (default ``torch.<name>``).
+        aliases: further names of the function (NumPy's: ``arccos`` for ``acos``).
+        half: float16/bfloat16 are computed in float32 and rounded (False: refused, where
+            that would give a wrong answer, as for ``nextafter``).
     """
 
     name: str
@@ -119,6 +128,8 @@ class ElementwiseOp:
     params: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     sample: tuple[float, float] = (-3.0, 3.0)
     torch: str | None = None
+    aliases: tuple[str, ...] = ()
+    half: bool = True
 
     def __post_init__(self) -> None:
         rules = UNARY_RULES if self.arity == 1 else BINARY_RULES
@@ -201,8 +212,34 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
     return x.dtype.type(1) / np.sqrt(x)
 
 
+def _reciprocal(x: np.ndarray) -> np.ndarray:
+    return x.dtype.type(1) / x
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     return _cpu_math.erf(x).astype(x.dtype)
+
+
+def _shift_count(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operands broadcast, a count clipped into ``[0, bits)`` and where it was outside."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    bits = a.dtype.itemsize * 8
+    wide = (b < 0) | (b >= bits)
+    return a, np.where(wide, 0, b).astype(a.dtype), wide
+
+
+def _left_shift(a: Any, b: Any) -> np.ndarray:
+    """``a << b``; a count outside ``[0, bits)`` gives 0 (the same on every backend)."""
+    a, b, wide = _shift_count(a, b)
+    return np.where(wide, a.dtype.type(0), np.left_shift(a, b))
+
+
+def _right_shift(a: Any, b: Any) -> np.ndarray:
+    """``a >> b`` (arithmetic for signed types); a count outside ``[0, bits)`` gives 0, or -1
+    for a negative ``a``."""
+    a, b, wide = _shift_count(a, b)
+    fill = np.where(a < 0, a.dtype.type(-1) if a.dtype.kind == "i" else 0, 0).astype(a.dtype)
+    return np.where(wide, fill, np.right_shift(a, b))
 
 
 # --- derivatives ------------------------------------------------------------------------------
@@ -284,6 +321,20 @@ def _copysign(g, need, a, out, sa, sb):
     # d copysign(a, b) / da = copysign(1, a) * copysign(1, b) = out / a; 0 at a == 0 and for b
     # (as PyTorch)
     return _pair(need, lambda: _ops.where(a == 0, 0.0, g * (out / a)), lambda: g * 0.0, sa, sb)
+
+
+def _zero(g, need):
+    # Piecewise constant (floor, sign, ...): zero almost everywhere (as PyTorch).
+    return (g * 0.0,)
+
+
+def _logaddexp_grad(g, need, a, b, out, sa, sb):
+    return _pair(need, lambda: g * _ops.exp(a - out), lambda: g * _ops.exp(b - out), sa, sb)
+
+
+def _remainder_grad(g, need, a, b, sa, sb):
+    # a - b * floor(a / b): 1 for a, -floor(a / b) for b (as PyTorch)
+    return _pair(need, lambda: g, lambda: -(g * _ops.floor_divide(a, b)), sa, sb)
 
 
 def _neg(g, need):
@@ -386,6 +437,7 @@ _OPS = (
         "per element).",
         _power_grad, ("a", "b", "out"), methods=("pow",),
         operators=("__pow__", "__rpow__", "__ipow__"), sample=(0.5, 2.0), torch="pow",
+        aliases=("pow",),
     ),
     ElementwiseOp(
         "maximum", 2, "arithmetic", np.maximum, "op_maximum",
@@ -410,12 +462,52 @@ _OPS = (
                   "``a > b`` as a bool array.", operators=("__gt__",), torch="gt"),
     ElementwiseOp("greater_equal", 2, "comparison", np.greater_equal, "op_greater_equal",
                   "``a >= b`` as a bool array.", operators=("__ge__",), torch="ge"),
+    # floor division and remainder (Python's signs: the remainder takes the divisor's)
+    ElementwiseOp(
+        "floor_divide", 2, "arithmetic_no_bool", np.floor_divide, "op_floor_divide",
+        "``a // b``: the quotient rounded toward -inf (integers: ``n // 0 == 0``, as NumPy).",
+        operators=("__floordiv__", "__rfloordiv__", "__ifloordiv__"), sample=(0.5, 3.0),
+    ),
+    ElementwiseOp(
+        "remainder", 2, "arithmetic_no_bool", np.remainder, "op_remainder",
+        "``a % b`` with the sign of ``b`` (integers: ``n % 0 == 0``, as NumPy).",
+        _remainder_grad, ("a", "b", "sa", "sb"),
+        operators=("__mod__", "__rmod__", "__imod__"), sample=(0.5, 3.0), aliases=("mod",),
+    ),
+    # bitwise (integers and bool)
+    ElementwiseOp("bitwise_and", 2, "integer", np.bitwise_and, "op_bitwise_and",
+                  "``a & b`` bit by bit (integers and bool).",
+                  operators=("__and__", "__rand__", "__iand__")),
+    ElementwiseOp("bitwise_or", 2, "integer", np.bitwise_or, "op_bitwise_or",
+                  "``a | b`` bit by bit (integers and bool).",
+                  operators=("__or__", "__ror__", "__ior__")),
+    ElementwiseOp("bitwise_xor", 2, "integer", np.bitwise_xor, "op_bitwise_xor",
+                  "``a ^ b`` bit by bit (integers and bool).",
+                  operators=("__xor__", "__rxor__", "__ixor__")),
+    ElementwiseOp(
+        "bitwise_left_shift", 2, "shift", _left_shift, "op_left_shift",
+        "``a << b`` (integers; a count outside ``[0, bits)`` gives 0).",
+        operators=("__lshift__", "__rlshift__", "__ilshift__"), aliases=("left_shift",),
+    ),
+    ElementwiseOp(
+        "bitwise_right_shift", 2, "shift", _right_shift, "op_right_shift",
+        "``a >> b`` (integers; arithmetic for signed types; a count outside ``[0, bits)`` "
+        "gives 0, or -1 for negative ``a``).",
+        operators=("__rshift__", "__rrshift__", "__irshift__"), aliases=("right_shift",),
+    ),
+    # logical (any dtype: nonzero is true; bool out)
+    ElementwiseOp("logical_and", 2, "comparison", np.logical_and, "op_logical_and",
+                  "``a and b`` element by element, as a bool array (nonzero is true)."),
+    ElementwiseOp("logical_or", 2, "comparison", np.logical_or, "op_logical_or",
+                  "``a or b`` element by element, as a bool array (nonzero is true)."),
+    ElementwiseOp("logical_xor", 2, "comparison", np.logical_xor, "op_logical_xor",
+                  "``a != b`` of the truth values, as a bool array (nonzero is true)."),
     # floating functions of two operands
     ElementwiseOp(
         "atan2", 2, "float", np.arctan2, "op_atan2",
         "The angle of the point ``(b, a)``: ``arctan(a / b)`` in the quadrant of the signs, in "
         "radians in ``[-pi, pi]``. Example: ``ignis.atan2(y, x)``.",
-        _atan2, ("a", "b", "sa", "sb"), sample=(0.5, 3.0),
+        _atan2, ("a", "b", "sa", "sb"), sample=(0.5, 3.0), aliases=("arctan2",),
     ),
     ElementwiseOp(
         "hypot", 2, "float", np.hypot, "op_hypot",
@@ -426,6 +518,16 @@ _OPS = (
         "copysign", 2, "float", np.copysign, "op_copysign",
         "``|a|`` with the sign of ``b`` (the sign bit: ``-0.0`` counts as negative).",
         _copysign, ("a", "out", "sa", "sb"),
+    ),
+    ElementwiseOp(
+        "logaddexp", 2, "float", np.logaddexp, "op_logaddexp",
+        "``log(exp(a) + exp(b))`` without overflow.",
+        _logaddexp_grad, ("a", "b", "out", "sa", "sb"),
+    ),
+    ElementwiseOp(
+        "nextafter", 2, "float", np.nextafter, "op_nextafter",
+        "The next value after ``a`` toward ``b`` in the dtype (float32 and float64).",
+        half=False,
     ),
     # unary
     ElementwiseOp(
@@ -465,6 +567,70 @@ _OPS = (
                   lambda g, need, x: (g * _ops.cos(x),), ("x",)),
     ElementwiseOp("cos", 1, "float", np.cos, "op_cos", "Cosine (radians).",
                   lambda g, need, x: (-(g * _ops.sin(x)),), ("x",)),
+    ElementwiseOp("tan", 1, "float", np.tan, "op_tan", "Tangent (radians).",
+                  lambda g, need, out: (g * (out * out + 1.0),), ("out",), sample=(-1.0, 1.0)),
+    ElementwiseOp("asin", 1, "float", np.arcsin, "op_asin",
+                  "Inverse sine, in radians in ``[-pi/2, pi/2]`` (NaN outside ``[-1, 1]``).",
+                  lambda g, need, x: (g * _ops.rsqrt(1.0 - x * x),), ("x",),
+                  sample=(-0.9, 0.9), aliases=("arcsin",)),
+    ElementwiseOp("acos", 1, "float", np.arccos, "op_acos",
+                  "Inverse cosine, in radians in ``[0, pi]`` (NaN outside ``[-1, 1]``).",
+                  lambda g, need, x: (-(g * _ops.rsqrt(1.0 - x * x)),), ("x",),
+                  sample=(-0.9, 0.9), aliases=("arccos",)),
+    ElementwiseOp("atan", 1, "float", np.arctan, "op_atan",
+                  "Inverse tangent, in radians in ``[-pi/2, pi/2]``.",
+                  lambda g, need, x: (g / (x * x + 1.0),), ("x",), aliases=("arctan",)),
+    ElementwiseOp("sinh", 1, "float", np.sinh, "op_sinh", "Hyperbolic sine.",
+                  lambda g, need, x: (g * _ops.cosh(x),), ("x",)),
+    ElementwiseOp("cosh", 1, "float", np.cosh, "op_cosh", "Hyperbolic cosine.",
+                  lambda g, need, x: (g * _ops.sinh(x),), ("x",)),
+    ElementwiseOp("asinh", 1, "float", np.arcsinh, "op_asinh", "Inverse hyperbolic sine.",
+                  lambda g, need, x: (g * _ops.rsqrt(x * x + 1.0),), ("x",),
+                  aliases=("arcsinh",)),
+    ElementwiseOp("acosh", 1, "float", np.arccosh, "op_acosh",
+                  "Inverse hyperbolic cosine (NaN below 1).",
+                  lambda g, need, x: (g * _ops.rsqrt(x * x - 1.0),), ("x",),
+                  sample=(1.5, 3.0), aliases=("arccosh",)),
+    ElementwiseOp("atanh", 1, "float", np.arctanh, "op_atanh",
+                  "Inverse hyperbolic tangent (+-inf at +-1, NaN outside).",
+                  lambda g, need, x: (g / (1.0 - x * x),), ("x",),
+                  sample=(-0.9, 0.9), aliases=("arctanh",)),
+    ElementwiseOp("square", 1, "numeric", np.square, "op_square",
+                  "``x * x`` (same dtype; integers wrap around).",
+                  lambda g, need, x: (g * (x * 2.0),), ("x",)),
+    ElementwiseOp("reciprocal", 1, "float", _reciprocal, "op_reciprocal",
+                  "``1 / x`` (integers give floats, as PyTorch; NumPy's would truncate).",
+                  lambda g, need, out: (-(g * (out * out)),), ("out",), sample=(0.5, 3.0)),
+    ElementwiseOp("positive", 1, "numeric", np.positive, "op_positive", "``+x`` (a copy).",
+                  lambda g, need: (g,), (), fresh=False, operators=("__pos__",)),
+    ElementwiseOp("conj", 1, "numeric", np.conj, "op_positive",
+                  "The complex conjugate; a copy for real dtypes.",
+                  lambda g, need: (g,), (), fresh=False, aliases=("conjugate",)),
+    # rounding and sign (integers come back as they are)
+    ElementwiseOp("floor", 1, "numeric", np.floor, "op_floor",
+                  "The largest integer ``<= x`` (same dtype).", _zero, (), sample=(0.1, 0.9)),
+    ElementwiseOp("ceil", 1, "numeric", np.ceil, "op_ceil",
+                  "The smallest integer ``>= x`` (same dtype).", _zero, (), sample=(0.1, 0.9)),
+    ElementwiseOp("trunc", 1, "numeric", np.trunc, "op_trunc",
+                  "``x`` rounded toward zero (same dtype).", _zero, (), sample=(0.1, 0.9)),
+    ElementwiseOp("round", 1, "numeric", np.round, "op_round",
+                  "``x`` rounded to the nearest integer, halves to even (same dtype).",
+                  _zero, (), sample=(0.1, 0.4)),
+    ElementwiseOp("sign", 1, "numeric", np.sign, "op_sign",
+                  "-1, 0 or 1 by the sign of ``x`` (NaN stays NaN; same dtype).",
+                  _zero, (), sample=(0.5, 3.0)),
+    # predicates (bool out)
+    ElementwiseOp("isnan", 1, "predicate", np.isnan, "op_isnan", "Where ``x`` is NaN."),
+    ElementwiseOp("isinf", 1, "predicate", np.isinf, "op_isinf", "Where ``x`` is +-inf."),
+    ElementwiseOp("isfinite", 1, "predicate", np.isfinite, "op_isfinite",
+                  "Where ``x`` is neither NaN nor +-inf."),
+    ElementwiseOp("signbit", 1, "predicate", np.signbit, "op_signbit",
+                  "Where the sign bit of ``x`` is set (``-0.0`` and negative NaNs too)."),
+    ElementwiseOp("logical_not", 1, "predicate", np.logical_not, "op_logical_not",
+                  "``not x`` element by element, as a bool array (nonzero is true)."),
+    ElementwiseOp("bitwise_invert", 1, "integer", np.invert, "op_bitwise_invert",
+                  "``~x`` bit by bit (integers; ``not`` for bool).",
+                  operators=("__invert__",), aliases=("invert", "bitwise_not")),
     ElementwiseOp("tanh", 1, "float", np.tanh, "op_tanh", "Hyperbolic tangent.",
                   _tanh, ("out",)),
     ElementwiseOp("sigmoid", 1, "float", _cpu_math.sigmoid, "op_sigmoid",

@@ -507,6 +507,9 @@ def _make_op_functions() -> None:
     for op in ELEMENTWISE.values():
         function, methods = _op_sources(op)
         _publish(op.name, op.doc, function, methods, names, f"<ignis op {op.name}>")
+        for alias in op.aliases:  # the same function under another name (NumPy's)
+            globals()[alias] = globals()[op.name]
+            __all__.append(alias)
 
 
 def _publish(

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import _dtypes as dt
 from .._caches import PlanCache
 from .._errors import DTypeError, ShapeError
@@ -54,6 +56,9 @@ Shape = tuple[int, ...]
 UNARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op.arity == 1}
 BINARY_OPS: dict[str, str] = {n: op.dtypes for n, op in ELEMENTWISE.items() if op.arity == 2}
 COMPARISON_OPS = tuple(n for n, rule in BINARY_OPS.items() if rule == "comparison")
+# Ops that refuse float16/bfloat16 (computing them in float32 would give a wrong answer).
+_NO_HALF = frozenset(n for n, op in ELEMENTWISE.items() if not op.half)
+_HALF_TYPES = (dt.float16, dt.bfloat16)
 
 # The reductions come from the reduction table.
 REDUCE_OPS = tuple(n for n, op in REDUCTIONS.items() if op.kind == "reduce")
@@ -67,6 +72,8 @@ def float_result(dtype: dt.DType) -> dt.DType:
         return dtype
     if dtype.itemsize == 1:  # bool, int8, uint8 fit float16 exactly
         return dt.float16
+    if dtype.itemsize == 2:  # int16, uint16 fit float32
+        return dt.float32
     return dt.float64
 
 
@@ -128,9 +135,15 @@ def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
         raise ValueError(f"unknown unary op {op!r}")
     if rule == "float":
         out = float_result(dtype)
+        if op in _NO_HALF and out in _HALF_TYPES:
+            raise DTypeError(f"{op}: not supported for {out.name}; cast to float32 first")
         return Elementwise(shape, out, out)
+    if rule == "predicate":
+        return Elementwise(shape, dt.bool_, dtype)
     if rule == "numeric" and dtype is dt.bool_:
         raise DTypeError(f"{op}: not supported for bool arrays; cast with astype() first")
+    if rule == "integer" and dtype.kind not in "biu":
+        raise DTypeError(f"{op}: needs an integer or bool array, got {dtype.name}")
     return Elementwise(shape, dtype, dtype)
 
 
@@ -166,11 +179,21 @@ def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
     if rule is None:
         raise ValueError(f"unknown binary op {op!r}")
     compute = dt.result_type(a, b, op=label)
+    if rule == "comparison" and compute.kind in "iu":
+        # A Python int outside the array's range still compares exactly (as NumPy 2): in a
+        # dtype that holds both.
+        compute = _comparison_dtype(compute, a, b)
     for x in (a, b):
         dt.check_scalar_fits(x, compute, label)
     shape = _layout.broadcast_shapes(_shape_of(a), _shape_of(b), op=label)
     if rule == "comparison":
         return Elementwise(shape, dt.bool_, compute)
+    if rule == "integer" and compute.kind not in "biu":
+        raise DTypeError(f"{label}: needs integer or bool operands, got {compute.name}")
+    if rule == "shift" and compute.kind not in "iu":
+        raise DTypeError(f"{label}: needs integer operands, got {compute.name}")
+    if label in _NO_HALF and compute in _HALF_TYPES:
+        raise DTypeError(f"{label}: not supported for {compute.name}; cast to float32 first")
     if compute is dt.bool_ and rule == "arithmetic_no_bool":
         raise DTypeError(
             f"{label}: not supported for two bool operands; use logical operations or cast first"
@@ -178,6 +201,17 @@ def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
     if rule == "float" or (rule == "true_divide" and compute.kind != "f"):
         compute = float_result(compute) if rule == "float" else dt.float64
     return Elementwise(shape, compute, compute)
+
+
+def _comparison_dtype(compute: dt.DType, a: Any, b: Any) -> dt.DType:
+    """``compute``, or int64 / float64 where a weak Python int operand lies outside it."""
+    for x in (a, b):
+        if type(x) is int:
+            info = np.iinfo(compute.numpy)
+            if not info.min <= x <= info.max:
+                fits64 = -(2**63) <= x < 2**63 and compute is not dt.uint64
+                return dt.int64 if fits64 else dt.float64
+    return compute
 
 
 def where(cond: Any, a: Any, b: Any) -> Elementwise:

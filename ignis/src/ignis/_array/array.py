@@ -553,9 +553,6 @@ class NvArray:
             return NotImplemented
         return _ops.matmul(other, self)
 
-    def __pos__(self) -> NvArray:
-        return self.clone()
-
     # --- method forms of the functions ---------------------------------------------------------
 
     # The reductions and softmaxes (``x.sum()``, ``x.var(ddof=1)``, ``x.argmax()``,
