@@ -70,6 +70,10 @@ template <> struct Limits<long long> {
   static IGNIS_DEV long long lowest() { return -9223372036854775807ll - 1; }
   static IGNIS_DEV long long highest() { return 9223372036854775807ll; }
 };
+template <> struct Limits<unsigned long long> {
+  static IGNIS_DEV unsigned long long lowest() { return 0ull; }
+  static IGNIS_DEV unsigned long long highest() { return 18446744073709551615ull; }
+};
 
 // --- layout --------------------------------------------------------------------------------------
 
@@ -146,6 +150,35 @@ template <class A> struct SqDevOp {
   static IGNIS_DEV acc_t combine(acc_t a, acc_t b) { return a + b; }
   template <class O> static IGNIS_DEV O finish(acc_t a, double div) { return cvt_out<O>(a / (acc_t)div); }
 };
+
+// Standard deviation: SqDevOp's mean squared deviation, then its square root.
+template <class A> struct StdDevOp : SqDevOp<A> {
+  typedef A acc_t;
+  template <class O> static IGNIS_DEV O finish(acc_t a, double div) {
+    return cvt_out<O>(sqrt(a / (acc_t)div));
+  }
+};
+
+// Products wrap around for integers (unsigned arithmetic, as the sums).
+template <class A> struct ProdOp {
+  typedef typename SumAcc<A>::type acc_t;
+  static IGNIS_DEV acc_t identity() { return (acc_t)1; }
+  template <class T> static IGNIS_DEV acc_t load(T x, acc_t, int64) { return cvt_in<acc_t>(cvt_in<A>(x)); }
+  static IGNIS_DEV acc_t combine(acc_t a, acc_t b) { return a * b; }
+  template <class O> static IGNIS_DEV O finish(acc_t a, double) { return cvt_out<O>((A)a); }
+};
+
+// all / any: whether the elements (of work type W) are nonzero, combined as an int (NaN is
+// nonzero, so true).
+template <class W, bool ALL> struct TruthOp {
+  typedef int acc_t;
+  static IGNIS_DEV acc_t identity() { return ALL ? 1 : 0; }
+  template <class T> static IGNIS_DEV acc_t load(T x, acc_t, int64) { return cvt_in<W>(x) != W(0); }
+  static IGNIS_DEV acc_t combine(acc_t a, acc_t b) { return ALL ? (a & b) : (a | b); }
+  template <class O> static IGNIS_DEV O finish(acc_t a, double) { return (O)(a != 0); }
+};
+template <class W> struct AllOp : TruthOp<W, true> {};
+template <class W> struct AnyOp : TruthOp<W, false> {};
 
 template <class W> struct MaxOp {
   typedef W acc_t;

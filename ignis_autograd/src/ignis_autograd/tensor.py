@@ -20,6 +20,7 @@ import operator
 from typing import Any
 
 import numpy as np
+from ignis._array import _ops
 from ignis._codegen import Source
 
 import ignis
@@ -677,7 +678,13 @@ def _reduction_body(op: Any) -> list[str]:
         return [f"return _plain(F(x.data{args}))"]
     name = op.name
     ddof = "ddof" if op.ddof else "0"
+    # correction is the Array API's name of ddof: one value for the forward and the context
+    prefix = [
+        "if correction is not None:",
+        f"    ddof, correction = _correction({name!r}, ddof, correction), None",
+    ] if op.ddof else []
     return [
+        *prefix,
         "dx = x.data",
         f"out = F(dx{args})",
         "if not needs_grad(x):",
@@ -705,6 +712,7 @@ def _make_reduction_functions() -> dict[str, Any]:
             "_keep_shape": _keep_shape,
             "_plain": _plain,
             "_tensor": _tensor,
+            "_correction": _ops._correction,
         }
         body = _reduction_body(op)
         function = (op.signature, [f"x = _tensor(x, {op.name!r})", *body])

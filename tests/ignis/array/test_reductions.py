@@ -78,17 +78,14 @@ def test_reductions_every_dtype_axis_keepdims(
     np.testing.assert_array_equal(method.to_host(), out.to_host())
 
 
-def test_reduction_dtypes_match_numpy_except_documented(device: str) -> None:
-    for name in ALL:
+def test_reduction_dtypes_match_numpy(device: str) -> None:
+    for name in ALL + ["int16", "uint16", "uint32", "uint64"]:
         x = np.ones((2, 3), np_dtype(name))
         a = NvArray.from_host(x, device=device)
-        for op in ("sum", "mean", "max", "min", "var"):
+        for op in ("sum", "prod", "mean", "max", "min", "var", "std", "all", "any"):
             ours = getattr(ignis, op)(a).dtype
             theirs = getattr(np, op)(x).dtype
-            if name == "uint8" and op == "sum":
-                assert ours == "int64"  # NumPy gives uint64, which ignis does not have
-            else:
-                assert ours.numpy == theirs, (name, op)
+            assert ours.numpy == theirs, (name, op)
 
 
 @pytest.mark.parametrize("ddof", [0, 1, 2])
@@ -290,3 +287,63 @@ def test_softmax_long_rows(device: str, dtype: str, n: int, log: bool, rng) -> N
     atol = rtol * 4 if log else {"float16": 6e-8}.get(dtype, 1e-38)
     np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
     assert got.min() > (-np.inf if log else 0.0)
+
+
+# --- the Array API's arguments and the reductions it adds -------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "uint8", "uint32", "int64", "uint64"])
+def test_integer_sums_and_products_take_the_default_integer_dtypes(device, dtype, rng) -> None:
+    host = rng.integers(0, 2 if dtype == "bool" else 7, size=(5, 6)).astype(dtype)
+    x = NvArray.from_host(host, device=device)
+    want_dtype = "uint64" if dtype.startswith("uint") else "int64"
+    for name in ("sum", "prod"):
+        got = getattr(ignis, name)(x, axis=1)
+        assert got.dtype.name == want_dtype
+        np.testing.assert_array_equal(got.to_host(), getattr(np, name)(host, axis=1))
+
+
+def test_sum_and_prod_take_a_result_dtype(device, rng) -> None:
+    host = rng.uniform(0.5, 1.5, size=(4, 7))
+    x = NvArray.from_host(host.astype(np.float32), device=device)
+    got = ignis.sum(x, axis=0, dtype="float64")
+    assert got.dtype is ignis.float64
+    np.testing.assert_allclose(got.to_host(), host.astype(np.float32).sum(0), rtol=1e-6)
+    got = ignis.prod(x, dtype=ignis.float64)
+    np.testing.assert_allclose(got.to_host(), np.prod(host.astype(np.float32)), rtol=1e-5)
+    ints = NvArray.from_host(np.arange(10, dtype=np.int8), device=device)
+    small = ignis.sum(ints, dtype="int8")
+    assert small.to_host() == 45 and small.dtype is ignis.int8
+    with pytest.raises(ignis.DTypeError, match="sum: unsupported dtype 'complex64'"):
+        ignis.sum(x, dtype="complex64")
+    with pytest.raises(TypeError, match="mean"):
+        ignis.mean(x, dtype="float64")  # mean takes no dtype
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+def test_correction_is_ddof(device, name, rng) -> None:
+    host = rng.normal(size=(6, 5))
+    x = NvArray.from_host(host, device=device)
+    fn = getattr(ignis, name)
+    for c in (0, 1, 1.5):
+        want = getattr(np, name)(host, axis=0, ddof=c)
+        np.testing.assert_allclose(fn(x, axis=0, correction=c).to_host(), want, rtol=1e-12)
+        np.testing.assert_allclose(getattr(x, name)(axis=0, ddof=c).to_host(), want, rtol=1e-12)
+    with pytest.raises(TypeError, match=f"{name}: give ddof or correction, not both"):
+        fn(x, ddof=1, correction=1)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "float16", "float32", "float64"])
+def test_all_and_any_agree_with_numpy(device, dtype, rng) -> None:
+    host = (rng.random((4, 5, 3)) < 0.8).astype(dtype)
+    if dtype.startswith("float"):
+        host[0, 0, 0] = np.nan  # NaN is true
+    x = NvArray.from_host(host, device=device)
+    for name in ("all", "any"):
+        for axis in (None, 0, (1, 2), -1, ()):
+            got = getattr(ignis, name)(x, axis=axis)
+            assert got.dtype is ignis.bool_
+            np.testing.assert_array_equal(got.to_host(), getattr(np, name)(host, axis=axis))
+    empty = NvArray.from_host(np.zeros((0, 3), dtype), device=device)
+    assert ignis.all(empty).to_host() and not ignis.any(empty).to_host()
+    np.testing.assert_array_equal(ignis.all(empty, axis=0).to_host(), [True] * 3)

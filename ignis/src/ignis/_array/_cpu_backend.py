@@ -16,6 +16,7 @@ import numpy as np
 from .. import _dtypes as dt
 from ._backend import Backend
 from ._op_table import ELEMENTWISE
+from ._reduction_table import REDUCTIONS
 
 if TYPE_CHECKING:
     from .array import NvArray
@@ -119,28 +120,14 @@ class CpuBackend(Backend):
         accumulate: dt.DType,
         params: dict[str, Any],
     ) -> None:
-        acc = accumulate.numpy
+        # The table's NumPy reference on the input in the accumulation dtype (float32 for
+        # 16-bit floats; int64/uint64 for integer sums; bool for all/any).
         v = host_view(x)
-        count = 1
-        for a in axes:
-            count *= x.shape[a]
+        acc = accumulate.numpy
+        if v.dtype != acc:
+            v = v.astype(acc)
         with np.errstate(all="ignore"):
-            if op == "sum":
-                res = np.sum(v, axis=axes, dtype=acc, keepdims=True)
-            elif op in ("max", "min"):
-                w = v.astype(_work(x.dtype)) if x.dtype in _HALF else v
-                fn = np.max if op == "max" else np.min
-                res = fn(w, axis=axes, keepdims=True)
-            elif op == "mean":
-                res = np.sum(v, axis=axes, dtype=acc, keepdims=True) / acc.type(count)
-            elif op == "var":
-                w = v.astype(acc)
-                mean = np.sum(w, axis=axes, keepdims=True) / acc.type(count)
-                dev = w - mean
-                denom = max(count - params.get("ddof", 0), 0)
-                res = np.sum(dev * dev, axis=axes, keepdims=True) / acc.type(denom)
-            else:
-                raise ValueError(f"unknown reduction {op!r}")
+            res = REDUCTIONS[op].numpy(v, axes, True, params.get("ddof", 0))
             host_view(out)[...] = res
 
     def arg_reduce(self, op: str, out: NvArray, x: NvArray, axis: int | None) -> None:

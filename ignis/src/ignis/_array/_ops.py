@@ -8,6 +8,7 @@ would hide a host-to-device copy): wrap them with :func:`ignis.asarray` first.
 
 from __future__ import annotations
 
+import builtins
 import sys
 from typing import Any, NamedTuple
 
@@ -396,7 +397,8 @@ def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
         b_view = isinstance(b, NvArray) and b._shape != spec.shape
         form = 1 if a.__class__ in _WEAK else 2 if b.__class__ in _WEAK else 0
         # What a direct function takes: operands of the result's dtype and shape, no int check.
-        takes = not (a_view or b_view or check_int) and all(
+        # (builtins.all: this module's own all is the reduction)
+        takes = not (a_view or b_view or check_int) and builtins.all(
             x._dtype is spec.dtype for x in (a, b) if x.__class__ is NvArray
         )
         plan = BinaryPlan(
@@ -602,8 +604,16 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArra
         out = _creation._allocate(spec.keep_shape, keep_strides, nbytes, spec.dtype, x._device)
         x._backend.reduce(op, out, x, spec.axes, spec.accumulate, {"ddof": ddof})
         return out if keepdims else out._view(0, spec.shape, strides)
+    return _reduce_general(op, x, axis, keepdims, ddof)
+
+
+def _reduce_general(
+    op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0, dtype: Any = None
+) -> NvArray:
+    """:func:`_reduce` for any arguments (``dtype``: the result dtype, where the op takes one),
+    without remembered plans."""
     x = _require_array(x, op)
-    spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof)
+    spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof, dtype)
     out = _creation._new(spec.keep_shape, spec.dtype, x._device)
     x._backend.reduce(op, out, x, spec.axes, spec.accumulate, {"ddof": ddof})
     return (
@@ -613,6 +623,15 @@ def _reduce(op: str, x: Any, axis: Any, keepdims: bool, ddof: Any = 0) -> NvArra
             out._offset, spec.shape, _layout.contiguous_strides(spec.shape, out.itemsize)
         )
     )
+
+
+def _correction(op: str, ddof: Any, correction: Any) -> Any:
+    """``correction`` in place of ``ddof`` (the two name one argument)."""
+    if ddof != 0:
+        raise TypeError(
+            f"{op}: give ddof or correction, not both (got {ddof!r} and {correction!r})"
+        )
+    return correction
 
 
 def _arg_reduce(op: str, x: Any, axis: Any, keepdims: bool) -> NvArray:
@@ -642,9 +661,20 @@ def _reduction_body(op: ReductionOp) -> list[str]:
     """The body of ``ignis.<name>`` and of the NvArray method for the reduction ``op`` (the
     parameters are :attr:`ReductionOp.signature`'s): a call of the kind's common body above."""
     name = op.name
+    if op.kind == "reduce" and op.ddof:
+        return [
+            "if correction is not None:",  # the Array API's name of ddof
+            f"    ddof = _correction({name!r}, ddof, correction)",
+            f"return _reduce({name!r}, x, axis, keepdims, ddof)",
+        ]
+    if op.kind == "reduce" and op.dtype:
+        return [
+            "if dtype is not None:",
+            f"    return _reduce_general({name!r}, x, axis, keepdims, 0, dtype)",
+            f"return _reduce({name!r}, x, axis, keepdims)",
+        ]
     if op.kind == "reduce":
-        ddof = ", ddof" if op.ddof else ""
-        return [f"return _reduce({name!r}, x, axis, keepdims{ddof})"]
+        return [f"return _reduce({name!r}, x, axis, keepdims)"]
     if op.kind == "arg":
         return [f"return _arg_reduce({name!r}, x, axis, keepdims)"]
     return [f"return _softmax({name!r}, x, axis, {op.log!r})"]
@@ -652,7 +682,13 @@ def _reduction_body(op: ReductionOp) -> list[str]:
 
 def _make_reduction_functions() -> None:
     """Define ``ignis.<name>`` here and the NvArray method of every reduction of the table."""
-    names = {"_reduce": _reduce, "_arg_reduce": _arg_reduce, "_softmax": _softmax}
+    names = {
+        "_reduce": _reduce,
+        "_reduce_general": _reduce_general,
+        "_correction": _correction,
+        "_arg_reduce": _arg_reduce,
+        "_softmax": _softmax,
+    }
     for op in REDUCTIONS.values():
         # The method is a function of its own (its qualified name is the method's) that calls
         # the common body directly, as the function does: ``x.sum()`` is one call from _reduce.

@@ -8,9 +8,11 @@ was given and what was expected. Backends only execute.
 Dtype rules (NumPy 2's, see :mod:`ignis._dtypes` for promotion). The element-wise ops' rules
 are named in the op table (:mod:`ignis._array._op_table`, which lists them) and applied here:
 
-* reductions: ``sum`` of bool/integers gives int64, of floats keeps the dtype; ``mean`` and
-  ``var`` of bool/integers give float64; ``max``/``min`` keep the dtype; ``argmax``/``argmin``
-  give int64. float16/bfloat16 reductions accumulate in float32 and round once.
+* reductions: the reduction table's result rules (``_reduction_table``: ``sum`` of
+  bool/signed integers gives int64, of unsigned ones uint64, of floats keeps the dtype; ``mean``
+  and ``var`` of bool/integers give float64; ``max``/``min`` keep the dtype; ``all``/``any``
+  give bool; ``argmax``/``argmin`` give int64). float16/bfloat16 reductions accumulate in
+  float32 and round once.
 * ``matmul``: floating operands only; the promoted dtype; float16/bfloat16 accumulate in float32.
 """
 
@@ -271,33 +273,55 @@ def _reduced_shapes(shape: Shape, axes: tuple[int, ...], keepdims: bool) -> tupl
 
 
 def reduction(
-    op: str, shape: Shape, dtype: dt.DType, axis: Any = None, keepdims: bool = False, ddof: Any = 0
+    op: str,
+    shape: Shape,
+    dtype: dt.DType,
+    axis: Any = None,
+    keepdims: bool = False,
+    ddof: Any = 0,
+    out_dtype: Any = None,
 ) -> Reduction:
-    """Rule of ``sum mean max min var`` over ``axis`` (None, int, tuple, negative allowed)."""
-    if op not in REDUCE_OPS:
+    """Rule of a ``reduce`` op of the reduction table over ``axis`` (None, int, tuple, negative
+    allowed): its result rule (the table's ``result``) or ``out_dtype`` where the op takes
+    ``dtype=``."""
+    entry = REDUCTIONS.get(op)
+    if entry is None or entry.kind != "reduce":
         raise ValueError(f"unknown reduction {op!r}")
     axes = normalize_axes(axis, len(shape), op)
-    if op in ("max", "min"):
+    if not entry.empty:
         for a in axes:
             if shape[a] == 0:
                 raise ShapeError(
                     f"{op}: zero-size axis {a} of shape {shape} has no identity; "
-                    "max/min of an empty selection is undefined"
+                    f"{op} of an empty selection is undefined"
                 )
-        out_dtype = dtype
-    elif op == "sum":
-        out_dtype = dt.int64 if dtype.kind in "biu" else dtype
+    rule = entry.result
+    if out_dtype is not None:
+        if not entry.dtype:
+            raise TypeError(f"{op}: takes no dtype argument")
+        out = dt.as_dtype(out_dtype, op)
+    elif rule == "sum":
+        out = (dt.uint64 if dtype.kind == "u" else dt.int64) if dtype.kind in "biu" else dtype
+    elif rule == "float":
+        out = dt.float64 if dtype.kind in "biu" else dtype
+    elif rule == "bool":
+        out = dt.bool_
     else:
-        out_dtype = dt.float64 if dtype.kind in "biu" else dtype
-    if op == "var":
+        out = dtype
+    if entry.ddof:
         try:
             operator.index(ddof)
         except TypeError:
             if not isinstance(ddof, float):
-                raise DTypeError(f"var: ddof must be a number, got {ddof!r}") from None
+                raise DTypeError(f"{op}: ddof must be a number, got {ddof!r}") from None
     out_shape, keep = _reduced_shapes(shape, axes, keepdims)
-    acc = accumulate_dtype(out_dtype)
-    return Reduction(axes, out_shape, keep, out_dtype, acc)
+    if rule == "bool":
+        acc = dt.bool_
+    elif out.kind in "biu" and rule == "sum":  # integer sums and products wrap in 64 bits
+        acc = dt.uint64 if out.kind == "u" else dt.int64
+    else:
+        acc = accumulate_dtype(out)
+    return Reduction(axes, out_shape, keep, out, acc)
 
 
 def arg_reduction(

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ..._codegen import Inliner, NoSource
 from ..._memory import _result_block
 from .. import _creation, _layout
+from .._reduction_table import REDUCTIONS
 from . import elementwise as ew
 from . import reduction
 
@@ -246,7 +247,10 @@ def unary_direct(
     )
 
 
-_ONE_PASS = frozenset(("sum", "mean", "max", "min"))  # var: two passes and a temporary
+# The reductions of one pass (var and std take two and a temporary).
+_ONE_PASS = frozenset(
+    n for n, op in REDUCTIONS.items() if op.cuda is not None and op.cuda.finish != "deviations"
+)
 
 
 def reduce_direct(
@@ -259,8 +263,8 @@ def reduce_direct(
     strides: tuple[int, ...],
     nbytes: int,
 ) -> Callable[[Any], NvArray | None] | None:
-    """See ``Backend.reduce_direct``; None but for sum, mean, max and min over every axis of a
-    non-empty array."""
+    """See ``Backend.reduce_direct``; None but for the one-pass reductions (sum, mean, max, ...)
+    over every axis of a non-empty array."""
     axes = spec.axes
     if op not in _ONE_PASS or len(axes) != len(x_shape) or not _layout.numel(x_shape):
         return None

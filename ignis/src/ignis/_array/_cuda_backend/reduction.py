@@ -53,6 +53,7 @@ from ... import _dtypes as dt
 from ..._caches import PlanCache
 from ..._tuning import ReductionSettings, SoftmaxSettings
 from .. import _layout
+from .._reduction_table import REDUCTIONS
 from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
@@ -65,9 +66,13 @@ __all__ = ["reduce", "replay", "arg_reduce", "softmax"]
 _WORK = {
     "bool": "int",
     "int8": "int",
-    "uint8": "int",
+    "int16": "int",
     "int32": "int",
     "int64": "long long",
+    "uint8": "int",
+    "uint16": "int",
+    "uint32": "long long",
+    "uint64": "unsigned long long",
     "float16": "float",
     "bfloat16": "float",
     "float32": "float",
@@ -80,8 +85,13 @@ _SUM_ACC = {
     "float32": ("float", "float", 4),
     "float64": ("double", "double", 8),
     "int64": ("long long", "unsigned long long", 8),
+    "uint64": ("unsigned long long", "unsigned long long", 8),
 }
-_WORK_SIZE = {"int": 4, "long long": 8, "float": 4, "double": 8}
+# The reduce ops of the table this module computes, and the combining ops whose partial result
+# is an int whatever the input (all, any).
+_REDUCE_NAMES = tuple(n for n, op in REDUCTIONS.items() if op.cuda is not None)
+_TRUTH_OPS = ("AllOp", "AnyOp")
+_WORK_SIZE = {"int": 4, "long long": 8, "unsigned long long": 8, "float": 4, "double": 8}
 
 # Launch limits, not choices (the ``reduction`` and ``softmax`` settings of ignis.tuning are).
 MAX_GRID = 1 << 20  # blocks per launch; kernels loop over further work
@@ -747,7 +757,7 @@ def reduce(
         axes,
         x_ptr % 16,
         out_ptr % 16,
-        params.get("ddof", 0) if op == "var" else 0,
+        params.get("ddof", 0) if REDUCTIONS[op].ddof else 0,
         backend,  # (by identity) the device, and a stand-in backend never meets a real one's
         tune,
     )
@@ -776,8 +786,11 @@ def reduce(
                 )
             kernel.launch(grid, block, args, stream=stream)
         return recipe
-    if op not in ("sum", "mean", "max", "min", "var"):
-        raise ValueError(f"reduce: unknown reduction {op!r}; expected sum, mean, max, min or var")
+    entry = REDUCTIONS.get(op)
+    if entry is None or entry.cuda is None:
+        raise ValueError(
+            f"reduce: unknown reduction {op!r}; expected one of {', '.join(_REDUCE_NAMES)}"
+        )
     if out.numel == 0:
         return None
     _tls.record = record = []
@@ -880,62 +893,38 @@ def _reduce_planned(
     params: dict[str, Any],
     tune: ReductionSettings,
 ) -> None:
-    """:func:`reduce` planned in full under the reduction settings ``tune``."""
-    allowed = ("float32", "float64") if op in ("mean", "var") else ("float32", "float64", "int64")
-    if op in ("sum", "mean", "var") and accumulate.name not in allowed:
+    """:func:`reduce` planned in full under the reduction settings ``tune``, as the reduction
+    table's ``cuda`` entry of ``op`` says (:class:`~ignis._array._reduction_table.CudaReduce`)."""
+    functor, on, finish = REDUCTIONS[op].cuda
+    if on == "accumulate" and accumulate.name not in _SUM_ACC:
         raise ValueError(
-            f"{op}: cannot accumulate in {accumulate.name}; expected {' or '.join(allowed)}"
+            f"{op}: cannot accumulate in {accumulate.name}; expected one of {', '.join(_SUM_ACC)}"
         )
     target = _output(backend, out)
     count = math.prod(x.shape[a] for a in axes)
     t, o = CTYPE[x.dtype.name], CTYPE[out.dtype.name]
     plan = plan_reduction(backend, x, axes, order_free=True, tune=tune)
     out_ptr = backend.data_ptr(target)
-    if op in ("sum", "mean"):
-        run_plan(
-            backend,
-            plan,
-            _sum_types(t, o, accumulate),
-            out_ptr,
-            None,
-            float(count) if op == "mean" else 1.0,
-            tune,
-        )
-    elif op in ("max", "min"):
+    if on == "work":  # extremes, truth tests: the values as they are
         w = _WORK[x.dtype.name]
-        kind = "MaxOp" if op == "max" else "MinOp"
-        run_plan(
-            backend,
-            plan,
-            OpTypes(t, o, f"ignis::{kind}<{w}>", w, _WORK_SIZE[w]),
-            out_ptr,
-            None,
-            0.0,
-            tune,
-        )
+        acc = "int" if functor in _TRUTH_OPS else w
+        types = OpTypes(t, o, f"ignis::{functor}<{w}>", acc, _WORK_SIZE[acc])
+        run_plan(backend, plan, types, out_ptr, None, 0.0, tune)
+    elif finish != "deviations":  # sums, products, means
+        div = float(count) if finish == "count" else 1.0
+        run_plan(backend, plan, _sum_types(t, o, accumulate, functor), out_ptr, None, div, tune)
     else:
-        # var: the mean (in the accumulate type) then the mean squared deviation from it.
+        # var, std: the mean (in the accumulate type), then the op over the squared deviations
+        # from it, divided by N - ddof.
         acc_t = _SUM_ACC[accumulate.name][0]
         means = _temp(backend, (plan.outputs,), accumulate)
+        means_ptr = backend.data_ptr(means)
         run_plan(
-            backend,
-            plan,
-            _sum_types(t, acc_t, accumulate),
-            backend.data_ptr(means),
-            None,
-            float(count),
-            tune,
+            backend, plan, _sum_types(t, acc_t, accumulate), means_ptr, None, float(count), tune
         )
         denom = max(count - params.get("ddof", 0), 0)
-        run_plan(
-            backend,
-            plan,
-            _sum_types(t, o, accumulate, "SqDevOp"),
-            out_ptr,
-            backend.data_ptr(means),
-            float(denom),
-            tune,
-        )
+        types = _sum_types(t, o, accumulate, functor)
+        run_plan(backend, plan, types, out_ptr, means_ptr, float(denom), tune)
     if target is not out:
         _no_recipe()
         backend.copy(out, target)
