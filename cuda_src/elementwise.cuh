@@ -437,6 +437,9 @@ struct op_square {
 struct op_positive {
   template <class W> static IGNIS_DEV W apply(W x) { return x; }
 };
+struct op_zero {
+  template <class W> static IGNIS_DEV W apply(W) { return W(0); }
+};
 struct op_reciprocal {
   template <class W> static IGNIS_DEV W apply(W x) { return W(1) / x; }
 };

@@ -14,6 +14,21 @@
 //   index_add_ordered  the same sum, deterministic: one thread per (o, column) walks j = 0 .. m-1
 //                      in order, so a column is updated by one thread only (no atomics, no sort).
 // Indices outside [-n, n) add nothing.
+//   put_rows           dst row (o, k) = src row r (assignment through integer arrays and masks);
+//                      rows move as raw bytes (BYTES per element, VEC elements per access), so one
+//                      instance serves every dtype of that size. Indices outside [-n, n) write
+//                      nothing; of repeated indices one row lands, which one is unspecified.
+//
+// Scans (data-dependent shapes; the host learns the result's size from a reduction first):
+//   scan_block_totals  block b sums f(x[i]) over its chunk [b * chunk, (b + 1) * chunk), where f
+//                      is (x != 0) (COUNT) or x itself.
+//   scan_totals        one block: the chunk totals become their exclusive prefix sums, in place;
+//                      totals[nblocks] gets the grand total.
+//   scan_write         block b walks its chunk in order, a tile of blockDim.x elements at a time,
+//                      with its chunk's offset: POSITIONS writes the index i of every nonzero x[i]
+//                      at out[prefix] (flatnonzero), otherwise out[i] = the exclusive prefix sum.
+//   repeat_search      out[j] = the i with starts[i] <= j < starts[i] + repeats[i] (the last i with
+//                      starts[i] <= j, a binary search), for j < total.
 #include "elementwise.cuh"
 
 namespace ignis {
@@ -129,6 +144,123 @@ __global__ void index_add_ordered(T* __restrict__ dst, const I* __restrict__ idx
       const int64 k = wrap_index(idx[j], n);  // the same j across a warp: one broadcast load
       if (k >= 0) q[k * inner] += scaled(p[j * inner], alpha);
     }
+  }
+}
+
+
+template <int BYTES, class I, int VEC>
+__global__ void put_rows(uint8* __restrict__ dst, const I* __restrict__ idx, const uint8* __restrict__ src,
+                         int64 rows, int64 m, int64 n, int64 inner_vecs) {
+  typedef typename ew::raw_bits<BYTES * VEC>::type R;
+  const R* s = reinterpret_cast<const R*>(src);
+  R* d = reinterpret_cast<R*>(dst);
+  const int64 row_step = (int64)gridDim.x * blockDim.y;
+  for (int64 r = (int64)blockIdx.x * blockDim.y + threadIdx.y; r < rows; r += row_step) {
+    const int64 o = rows == m ? 0 : r / m;
+    const int64 k = wrap_index(idx[r - o * m], n);
+    if (k < 0) continue;
+    const R* p = s + r * inner_vecs;
+    R* q = d + (o * n + k) * inner_vecs;
+    for (int64 c = threadIdx.x; c < inner_vecs; c += blockDim.x) q[c] = p[c];
+  }
+}
+
+// --- scans ---------------------------------------------------------------------------------------
+
+constexpr int scan_threads = 256;  // every scan kernel runs blocks of this many threads (1-D)
+
+template <class T, bool COUNT> IGNIS_DEV int64 scan_value(const T* x, int64 i) {
+  if constexpr (COUNT) {
+    return x[i] ? 1 : 0;
+  } else {
+    return (int64)x[i];
+  }
+}
+
+IGNIS_DEV int64 warp_inclusive_scan(int64 v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int64 t = __shfl_up_sync(full_warp_mask, v, d);
+    if (lane >= d) v += t;
+  }
+  return v;
+}
+
+// The exclusive prefix of v over the threads of the block (scan_threads of them, all calling);
+// total gets the block's sum. Ends with a barrier, so it may be called again at once.
+IGNIS_DEV int64 block_exclusive_scan(int64 v, int64& total) {
+  constexpr int warps = scan_threads / 32;
+  __shared__ int64 warp_sums[warps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64 inclusive = warp_inclusive_scan(v);
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int64 w = warp_inclusive_scan(lane < warps ? warp_sums[lane] : 0);
+    if (lane < warps) warp_sums[lane] = w;
+  }
+  __syncthreads();
+  const int64 before = warp ? warp_sums[warp - 1] : 0;
+  total = warp_sums[warps - 1];
+  __syncthreads();
+  return before + inclusive - v;
+}
+
+template <class T, bool COUNT>
+__global__ void __launch_bounds__(scan_threads)
+scan_block_totals(const T* __restrict__ x, int64 n, int64 chunk, int64* __restrict__ totals) {
+  const int64 begin = (int64)blockIdx.x * chunk;
+  const int64 end = begin + chunk < n ? begin + chunk : n;
+  int64 v = 0;
+  for (int64 i = begin + threadIdx.x; i < end; i += scan_threads) v += scan_value<T, COUNT>(x, i);
+  int64 total;
+  block_exclusive_scan(v, total);
+  if (threadIdx.x == 0) totals[blockIdx.x] = total;
+}
+
+__global__ void __launch_bounds__(scan_threads) scan_totals(int64* __restrict__ totals, int64 nblocks) {
+  int64 carry = 0;
+  for (int64 t = 0; t < nblocks; t += scan_threads) {
+    const int64 i = t + threadIdx.x;
+    const int64 v = i < nblocks ? totals[i] : 0;
+    int64 tile;
+    const int64 before = block_exclusive_scan(v, tile);
+    if (i < nblocks) totals[i] = carry + before;
+    carry += tile;
+  }
+  if (threadIdx.x == 0) totals[nblocks] = carry;
+}
+
+template <class T, bool POSITIONS>
+__global__ void __launch_bounds__(scan_threads)
+scan_write(const T* __restrict__ x, int64 n, int64 chunk, const int64* __restrict__ offsets,
+           int64* __restrict__ out) {
+  const int64 begin = (int64)blockIdx.x * chunk;
+  const int64 end = begin + chunk < n ? begin + chunk : n;
+  int64 carry = offsets[blockIdx.x];
+  for (int64 t = begin; t < end; t += scan_threads) {
+    const int64 i = t + threadIdx.x;
+    const int64 v = i < end ? scan_value<T, POSITIONS>(x, i) : 0;
+    int64 tile;
+    const int64 before = block_exclusive_scan(v, tile);
+    if (POSITIONS) {
+      if (v) out[carry + before] = i;
+    } else if (i < end) {
+      out[i] = carry + before;
+    }
+    carry += tile;
+  }
+}
+
+__global__ void repeat_search(const int64* __restrict__ starts, int64 n, int64 total, int64* __restrict__ out) {
+  IGNIS_GRID_STRIDE_LOOP(j, total) {
+    int64 lo = 0, hi = n;  // the answer is in [lo, hi): starts[lo] <= j, and starts[hi] > j or hi = n
+    while (hi - lo > 1) {
+      const int64 mid = lo + (hi - lo) / 2;
+      if (starts[mid] <= j) lo = mid; else hi = mid;
+    }
+    out[j] = lo;
   }
 }
 

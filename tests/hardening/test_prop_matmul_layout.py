@@ -83,10 +83,18 @@ def test_matmul_misaligned_raises(device, m, k, k2, n):
     still_works(device)
 
 
-@given(dtype=st.sampled_from(INTS + ("bool",)))
-def test_matmul_of_integers_is_a_dtype_error(device, dtype):
-    a = make(host_values((2, 3), dtype, 1), dtype, device)
-    with pytest.raises(ignis.DTypeError, match="matmul: operands must be floating"):
+@given(dtype=st.sampled_from(INTS))
+def test_matmul_of_integers_is_exact_like_numpys(device, dtype):
+    host = host_values((2, 3), dtype, 1)
+    a = make(host, dtype, device)
+    got = ignis.matmul(a, a.T)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.to_host(), host @ host.T)
+
+
+def test_matmul_of_bools_is_a_dtype_error(device):
+    a = make(np.ones((2, 3), bool), "bool", device)
+    with pytest.raises(ignis.DTypeError, match="matmul: operands must be numeric"):
         ignis.matmul(a, a.T)
 
 

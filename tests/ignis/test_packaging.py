@@ -16,7 +16,11 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 requirements = pytest.importorskip("packaging.requirements")
 
 ROOT = Path(__file__).resolve().parents[2]
-CUDA_EXTRAS = {"cu12": 12, "cu13": 13, "cublas-cu12": 12, "cublas-cu13": 13}
+CUDA_EXTRAS = {"cu12": 12, "cu13": 13, "cublas-cu12": 12, "cublas-cu13": 13,
+               "cusolver-cu12": 12, "cusolver-cu13": 13}
+# Wheels that number their releases on their own: CUDA major -> the wheel's major version
+# (cuSOLVER 11.x ships with CUDA 12, 12.x with CUDA 13). Others carry the CUDA major.
+WHEEL_MAJORS = {"nvidia-cusolver": {12: 11, 13: 12}}
 
 
 def _project(dist: str) -> dict:
@@ -51,9 +55,20 @@ def test_each_cuda_extra_admits_exactly_one_cuda_major_version(extra: str) -> No
         if name.endswith(f"-cu{major}"):
             continue  # the wheel's name carries the major version
         # A bare name (cuda-bindings, nvidia-cuda-nvrtc, nvidia-cublas): its range must hold
-        # only releases of this major version.
+        # only releases of this major version (of the wheel's own number for it).
+        wanted = WHEEL_MAJORS.get(name, {}).get(major, major)
         admitted = {v for v in range(10, 20) if req.specifier.contains(f"{v}.9", prereleases=True)}
-        assert admitted == {major}, f"ignis[{extra}]: {req} admits CUDA majors {sorted(admitted)}"
+        assert admitted == {wanted}, (
+            f"ignis[{extra}]: {req} admits versions {sorted(admitted)}, expected {wanted} "
+            f"(CUDA {major})"
+        )
+
+
+def test_every_extra_naming_a_cuda_package_is_checked() -> None:
+    extras = _project("ignis")["optional-dependencies"]
+    cuda = {e for e, reqs in extras.items()
+            if any(n.startswith(("cuda-", "nvidia-")) for n in _names(reqs))}
+    assert cuda <= set(CUDA_EXTRAS), f"add {sorted(cuda - set(CUDA_EXTRAS))} to CUDA_EXTRAS"
 
 
 def test_autograd_depends_on_ignis_cuda_and_no_cuda_package() -> None:

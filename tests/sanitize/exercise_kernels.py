@@ -116,7 +116,9 @@ class Driver:
         for n in self.sizes:
             for dtype in FLOATS:
                 for x in self.views(n, dtype):
-                    for op in sem.UNARY_OPS:
+                    for op, rule in sem.UNARY_OPS.items():
+                        if rule == "integer":
+                            continue  # bitwise: the integer loop below
                         src = ignis.abs(x) + 0.5 if op in ("log", "sqrt", "rsqrt") else x
                         fn = getattr(ignis, "negative" if op == "neg" else op)
                         self.run(fn, src)
@@ -124,9 +126,13 @@ class Driver:
             for dtype in INTS + ("bool",):
                 x = self.arr((n,), dtype)
                 self.run(ignis.abs, x)
+                self.run(ignis.bitwise_invert, x)
                 if dtype != "bool":
                     self.run(ignis.negative, x)
                     self.run(ignis.relu, x[::-1])
+                    self.run(ignis.floor_divide, x, x[::-1])
+                    self.run(ignis.remainder, x, 3)
+                    self.run(ignis.bitwise_left_shift, x, 2)
                 self.run(ignis.exp, x)  # int -> float conversion path
         # binary ops: contiguous, broadcast (row x column), strided, scalar operands
         binaries = (

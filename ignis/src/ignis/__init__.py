@@ -39,6 +39,9 @@ from ._dtypes import (
     uint32,
     uint64,
 )
+from ._dtypes import (
+    bool_ as bool,  # noqa: A004 (the Array API's name; shadows the builtin only in ignis)
+)
 from ._errors import (
     CompileError,
     CudaError,

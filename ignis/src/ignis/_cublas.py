@@ -22,13 +22,10 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import importlib
-import logging
-import threading
-import weakref
 from typing import Any
 
 from ._errors import CudaError
+from ._nvidia_libs import HandleLibrary, LazyLibrary, open_nvidia_library, read_version
 
 __all__ = [
     "CublasError",
@@ -49,8 +46,6 @@ __all__ = [
     "CUBLAS_COMPUTE_64F",
 ]
 
-logger = logging.getLogger("ignis")
-
 # cudaDataType_t
 CUDA_R_32F = 0
 CUDA_R_64F = 1
@@ -69,8 +64,6 @@ CUBLAS_DEFAULT_MATH = 0
 CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
 # cublasGemmAlgo_t
 CUBLAS_GEMM_DEFAULT = -1
-# libraryPropertyType
-_MAJOR_VERSION, _MINOR_VERSION, _PATCH_LEVEL = 0, 1, 2
 
 _STATUS_NAMES = {
     0: "CUBLAS_STATUS_SUCCESS",
@@ -151,7 +144,7 @@ _PROTOTYPES: dict[str, tuple[list[Any], bool]] = {
 }
 
 
-class CublasLibrary:
+class CublasLibrary(HandleLibrary):
     """The loaded cuBLAS shared library with the functions ignis calls.
 
     Attributes:
@@ -159,37 +152,27 @@ class CublasLibrary:
         version: ``(major, minor, patch)`` of cuBLAS, read without a GPU.
     """
 
-    def __init__(self, cdll: Any, path: str | None):
-        self.path = path
-        self._fns: dict[str, Any] = {}
-        for name, (argtypes, required) in _PROTOTYPES.items():
-            try:
-                fn = getattr(cdll, name)
-            except AttributeError:
-                if required:
-                    raise OSError(f"{path or 'libcublas'} has no function {name}") from None
-                continue
-            fn.argtypes = argtypes
-            fn.restype = ctypes.c_char_p if name == "cublasGetStatusString" else _c_int
-            self._fns[name] = fn
-        self.version = tuple(
-            self._property(p) for p in (_MAJOR_VERSION, _MINOR_VERSION, _PATCH_LEVEL)
-        )
-        self._local = threading.local()
-        self._gemm = self._fns["cublasGemmStridedBatchedEx"]
-        # handle -> the stream it was last bound to (each handle belongs to one thread)
-        self._bound_stream: dict[int, int] = {}
+    _WHAT = "cuBLAS"
+    _CREATE, _DESTROY, _SET_STREAM = "cublasCreate_v2", "cublasDestroy_v2", "cublasSetStream_v2"
 
-    def __repr__(self) -> str:
-        return f"<CublasLibrary {'.'.join(map(str, self.version))} at {self.path}>"
+    def __init__(self, cdll: Any, path: str | None):
+        super().__init__(cdll, path, _PROTOTYPES, "libcublas",
+                         {"cublasGetStatusString": ctypes.c_char_p})
+        self.version = read_version(self._call, "cublasGetProperty")
+        self._gemm = self._fns["cublasGemmStridedBatchedEx"]
 
     def _call(self, name: str, *args: Any) -> None:
         check(self._fns[name](*args), name, self)
 
-    def _property(self, which: int) -> int:
-        value = _c_int(0)
-        self._call("cublasGetProperty", which, ctypes.byref(value))
-        return int(value.value)
+    def _setup_handle(self, handle: int) -> None:
+        try:
+            self._call(
+                "cublasSetMathMode", handle,
+                CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
+            )
+        except CublasError:
+            self._fns["cublasDestroy_v2"](handle)
+            raise
 
     def status_string(self, status: int) -> str:
         """cuBLAS's own description of ``status`` ('' where the library has none)."""
@@ -201,21 +184,6 @@ class CublasLibrary:
         except Exception:  # pragma: no cover - a broken library: keep the built-in text
             return ""
         return text.decode("utf-8", errors="replace") if text else ""
-
-    # --- handles -------------------------------------------------------------------------------
-
-    def handle(self, device: Any) -> int:
-        """The calling thread's handle for ``device`` (an ignis Device), created on first use.
-
-        The device's context must be current on this thread (the backend activates it).
-        """
-        handles = getattr(self._local, "handles", None)
-        if handles is None:
-            handles = self._local.handles = _ThreadHandles(self)
-        h = handles.by_device.get(device.ordinal)
-        if h is None:
-            h = handles.create(device)
-        return h
 
     # --- GEMM ----------------------------------------------------------------------------------
 
@@ -231,6 +199,7 @@ class CublasLibrary:
         (c_float for the 32F compute types, c_double for 64F); pointers and the stream are ints.
         The handle is bound to ``stream`` only when it was last bound to another one.
         """
+        # HandleLibrary.bind, inline: one Python call less on every product.
         bound = self._bound_stream
         if bound.get(handle) != stream:
             self._call("cublasSetStream_v2", handle, stream)
@@ -243,113 +212,7 @@ class CublasLibrary:
             check(status, "cublasGemmStridedBatchedEx", self)
 
 
-class _ThreadHandles:
-    """One thread's cuBLAS handles, one per device; destroyed when the thread's state goes."""
-
-    def __init__(self, lib: CublasLibrary):
-        self.lib = lib
-        self.by_device: dict[int, int] = {}
-        self._devices: dict[int, Any] = {}
-        finalizer = weakref.finalize(self, _destroy_handles, lib, self.by_device, self._devices)
-        # At interpreter exit the driver may already be torn down: let the process clean up.
-        finalizer.atexit = False
-
-    def create(self, device: Any) -> int:
-        raw = _vp()
-        self.lib._call("cublasCreate_v2", ctypes.byref(raw))
-        h = int(raw.value or 0)
-        self.lib._bound_stream.pop(h, None)  # a new handle at a freed one's address
-        try:
-            self.lib._call(
-                "cublasSetMathMode", h,
-                CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION,
-            )
-        except CublasError:
-            self.lib._fns["cublasDestroy_v2"](h)
-            raise
-        self.by_device[device.ordinal] = h
-        self._devices[device.ordinal] = device
-        logger.debug("cuBLAS handle created for cuda:%d on thread %s", device.ordinal,
-                     threading.current_thread().name)
-        return h
-
-
-def _destroy_handles(lib: CublasLibrary, handles: dict[int, int], devices: dict[int, Any]) -> None:
-    from ._device import activate
-
-    for ordinal, h in handles.items():
-        try:
-            activate(devices[ordinal])
-            lib._fns["cublasSetStream_v2"](h, None)  # the last stream may be gone already
-            lib._bound_stream.pop(h, None)
-            lib._fns["cublasDestroy_v2"](h)
-        except Exception:  # pragma: no cover - best effort while a thread winds down
-            pass
-    handles.clear()
-
-
 # --- loading -----------------------------------------------------------------------------------
-
-class LazyLibrary:
-    """An optional library opened on first use, once for the process.
-
-    :meth:`get` returns it, or None when it cannot be opened (:attr:`reason` then says why, and
-    the failure is logged at debug level); it never raises. ``opener()`` builds the library
-    object and raises where it cannot.
-    """
-
-    def __init__(self, opener: Any, what: str, without: str):
-        self._opener, self._what, self._without = opener, what, without
-        self._lock = threading.Lock()
-        self._loaded: list[Any] = []  # empty: not tried yet
-        self.reason = ""
-
-    def get(self) -> Any:
-        """The library, opened on the first call; None when it is not installed or unusable."""
-        loaded = self._loaded
-        if loaded:
-            return loaded[0]
-        with self._lock:
-            if not loaded:
-                loaded.append(self._open())
-        return loaded[0]
-
-    def _open(self) -> Any:
-        try:
-            lib = self._opener()
-        except Exception as exc:  # ImportError, pathfinder's not-found errors, OSError, ...
-            self.reason = f"{type(exc).__name__}: {exc}"
-            logger.debug("%s is not available (%s); %s", self._what, self.reason, self._without)
-            return None
-        self.reason = ""
-        logger.debug("loaded %r", lib)
-        return lib
-
-    def reset(self) -> None:
-        """Forget the library so the next :meth:`get` searches again (tests only)."""
-        with self._lock:
-            self._loaded.clear()
-            self.reason = ""
-
-
-def open_nvidia_library(name: str) -> tuple[Any, str | None]:
-    """``(ctypes.CDLL, path)`` of NVIDIA's library ``name`` ("cublas", "cublasLt"), found by
-    ``cuda.pathfinder`` (wheels, conda, the CUDA toolkit).
-
-    Raises:
-        ImportError, OSError or pathfinder's not-found error where it cannot be opened.
-    """
-    pathfinder = importlib.import_module("cuda.pathfinder")
-    found = pathfinder.load_nvidia_dynamic_lib(name)
-    path = getattr(found, "abs_path", None)
-    raw_handle = getattr(found, "_handle_uint", None)
-    # The loader has the library open already: reuse its handle instead of opening again.
-    if raw_handle:
-        return ctypes.CDLL(path or f"lib{name}", handle=int(raw_handle)), path
-    if path:
-        return ctypes.CDLL(path), path
-    raise OSError(f"cuda.pathfinder found {name} but reported neither a path nor a handle")
-
 
 _library = LazyLibrary(
     lambda: CublasLibrary(*open_nvidia_library("cublas")),

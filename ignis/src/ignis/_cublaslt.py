@@ -26,14 +26,8 @@ import threading
 import weakref
 from typing import Any
 
-from ._cublas import (
-    CUBLAS_COMPUTE_64F,
-    CUDA_R_32F,
-    CUDA_R_64F,
-    LazyLibrary,
-    check,
-    open_nvidia_library,
-)
+from ._cublas import CUBLAS_COMPUTE_64F, CUDA_R_32F, CUDA_R_64F, check
+from ._nvidia_libs import HandleLibrary, LazyLibrary, open_nvidia_library
 
 __all__ = [
     "CublasLtLibrary",
@@ -71,7 +65,8 @@ WORKSPACE_LIMIT = 32 << 20
 
 _vp, _c_int, _size_t = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 _PVP = ctypes.POINTER(_vp)
-_PROTOTYPES: dict[str, list[Any]] = {
+# name -> argtypes; all are required (see _PROTOTYPES)
+_ARGTYPES: dict[str, list[Any]] = {
     "cublasLtCreate": [_PVP],
     "cublasLtDestroy": [_vp],
     "cublasLtMatmulDescCreate": [_PVP, _c_int, _c_int],
@@ -89,6 +84,10 @@ _PROTOTYPES: dict[str, list[Any]] = {
     # handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace,
     # workspace bytes, stream
     "cublasLtMatmul": [_vp] * 14 + [_size_t, _vp],
+}
+# name -> (argtypes, required), as ignis._nvidia_libs.bind_functions takes it
+_PROTOTYPES: dict[str, tuple[list[Any], bool]] = {
+    name: (argtypes, True) for name, argtypes in _ARGTYPES.items()
 }
 
 
@@ -115,47 +114,27 @@ class LtPlan:
         self._finalizer.atexit = False  # at exit the library may be gone: let the OS clean up
 
 
-class CublasLtLibrary:
+class CublasLtLibrary(HandleLibrary):
     """The loaded cuBLASLt shared library with the functions ignis calls.
+
+    :meth:`handle` gives the calling thread's cuBLASLt handle for a device, created on first
+    use (the device's context must be current); the stream is an argument of each product.
 
     Attributes:
         path: where the library was loaded from (None when the loader could not tell).
     """
 
-    def __init__(self, cdll: Any, path: str | None):
-        self.path = path
-        self._fns: dict[str, Any] = {}
-        for name, argtypes in _PROTOTYPES.items():
-            try:
-                fn = getattr(cdll, name)
-            except AttributeError:
-                raise OSError(f"{path or 'libcublasLt'} has no function {name}") from None
-            fn.argtypes = argtypes
-            fn.restype = _c_int
-            self._fns[name] = fn
-        self._matmul = self._fns["cublasLtMatmul"]
-        self._local = threading.local()
+    _WHAT = "cuBLASLt"
+    _CREATE, _DESTROY = "cublasLtCreate", "cublasLtDestroy"
 
-    def __repr__(self) -> str:
-        return f"<CublasLtLibrary at {self.path}>"
+    def __init__(self, cdll: Any, path: str | None):
+        super().__init__(cdll, path, _PROTOTYPES, "libcublasLt")
+        self._matmul = self._fns["cublasLtMatmul"]
 
     def _call(self, name: str, *args: Any) -> None:
         status = self._fns[name](*args)
         if status:
             check(status, name)
-
-    def handle(self, device: Any) -> int:
-        """The calling thread's cuBLASLt handle for ``device`` (an ignis Device), created on
-        first use (the device's context must be current)."""
-        handles = getattr(self._local, "handles", None)
-        if handles is None:
-            handles = self._local.handles = _ThreadHandles(self)
-        h = handles.by_device.get(device.ordinal)
-        if h is None:
-            raw = _vp()
-            self._call("cublasLtCreate", ctypes.byref(raw))
-            h = handles.by_device[device.ordinal] = int(raw.value or 0)
-        return h
 
     def plan(
         self, dtype: int, compute: int, transa: int, transb: int, m: int, n: int, k: int,
@@ -246,24 +225,6 @@ def _destroy(lib: CublasLtLibrary, desc: Any, layouts: tuple[Any, ...]) -> None:
         lib._fns["cublasLtMatmulDescDestroy"](desc)
     except Exception:  # pragma: no cover - best effort while the process winds down
         pass
-
-
-class _ThreadHandles:
-    """One thread's cuBLASLt handles, one per device; destroyed when the thread's state goes."""
-
-    def __init__(self, lib: CublasLtLibrary):
-        self.by_device: dict[int, int] = {}
-        finalizer = weakref.finalize(self, _destroy_handles, lib, self.by_device)
-        finalizer.atexit = False  # at exit the library may be gone: let the process clean up
-
-
-def _destroy_handles(lib: CublasLtLibrary, handles: dict[int, int]) -> None:
-    for h in handles.values():
-        try:
-            lib._fns["cublasLtDestroy"](h)
-        except Exception:  # pragma: no cover - best effort while a thread winds down
-            pass
-    handles.clear()
 
 
 # --- loading -----------------------------------------------------------------------------------

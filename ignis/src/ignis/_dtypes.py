@@ -54,6 +54,8 @@ __all__ = [
     "float64",
     "all_dtypes",
     "floating_dtypes",
+    "default_float",
+    "default_int",
     "integer_dtypes",
     "as_dtype",
     "result_type",
@@ -176,6 +178,11 @@ all_dtypes: tuple[DType, ...] = (
     float64,
 )
 floating_dtypes: tuple[DType, ...] = (float16, bfloat16, float32, float64)
+
+#: The default dtypes (the Array API's choice left to the library, made once here): Python
+#: floats and the creation functions give float32, as in PyTorch; Python ints give int64.
+default_float: DType = float32
+default_int: DType = int64
 integer_dtypes: tuple[DType, ...] = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 
 DTypeLike = DType | str | np.dtype | type
@@ -345,13 +352,14 @@ def _dtype_of(arg: Any, op: str) -> DType:
     return as_dtype(arg, op)
 
 
-def can_cast(from_: DTypeLike, to: DTypeLike, casting: str = "same_kind") -> bool:
-    """Whether a value of ``from_`` may be stored into ``to`` (``"same_kind"`` or ``"safe"``).
+def can_cast(from_: Any, to: DTypeLike, casting: str = "safe") -> bool:
+    """Whether a value of ``from_`` (a dtype or an array) may be stored into ``to``.
 
-    ``"same_kind"`` (the rule of in-place operators) allows any cast that does not go down in
-    kind (float -> int, int -> bool); ``"safe"`` allows only casts that keep every value.
+    ``"safe"`` (the default, NumPy's and the Array API's meaning) allows only casts that keep
+    every value; ``"same_kind"`` (the rule of in-place operators) allows any cast that does not
+    go down in kind (float -> int, int -> bool).
     """
-    f, t = as_dtype(from_), as_dtype(to)
+    f, t = _dtype_of(from_, "can_cast"), as_dtype(to, "can_cast")
     if casting == "unsafe":
         return True
     if casting == "safe":

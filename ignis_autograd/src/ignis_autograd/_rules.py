@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ignis._array import _indexing
 from ignis._array._op_table import ELEMENTWISE, unbroadcast
 from ignis._array._reduction_table import REDUCTIONS, grad_like
 
@@ -143,6 +144,8 @@ def _permute(g, need, inverse):
 @rule("getitem")
 def _getitem(g, need, sx, key):
     full = ignis.zeros(sx, dtype=g.dtype, device=g.device)
+    if _indexing.is_index_key(key):  # integer arrays may repeat an element: the gradients add
+        return (_indexing.add_at(full, key, g),)
     full[key] = g  # basic indexing selects each element at most once
     return (full,)
 

@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import math
 import operator
 from collections.abc import Sequence
@@ -41,6 +42,8 @@ from .tensor import (
 
 # The exports: the op tables' functions (add, exp, ...; sum, var, softmax, ...), matmul (a
 # Tensor function), then the functions this module defines (added at its end).
+# Among them are abs, all, any, max, min, pow, round and sum: code here calls the builtins of
+# those names as builtins.<name> (tests/test_builtin_shadowing.py checks).
 __all__ = [*OP_FUNCTIONS, *REDUCTION_FUNCTIONS, "matmul"]
 globals().update(OP_FUNCTIONS)
 globals().update(REDUCTION_FUNCTIONS)
@@ -215,7 +218,7 @@ def _fused_rows(x: NvArray, ns: tuple[int, ...], params: tuple[Any, ...]) -> NvA
     if n == 0 or x.dtype.kind != "f":
         return None
     ok = (x.dtype, _F32) if x.dtype in HALF else (x.dtype,)
-    if any(p is not None and p.dtype not in ok for p in params):
+    if builtins.any(p is not None and p.dtype not in ok for p in params):
         return None
     if len(ns) == 1:
         return x

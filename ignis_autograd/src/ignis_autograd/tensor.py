@@ -20,7 +20,7 @@ import operator
 from typing import Any
 
 import numpy as np
-from ignis._array import _ops
+from ignis._array import _indexing, _ops
 from ignis._codegen import Source
 
 import ignis
@@ -489,15 +489,15 @@ class Tensor:
             key = as_data(key)
         x = self.data
         first = key[0] if isinstance(key, tuple) and key else key
-        if isinstance(first, list) or (
-            isinstance(first, NvArray) and (first.ndim or first.dtype.kind not in "iu")
-        ):
-            # an integer index array first: a gather along axis 0 (its rule scatter-adds),
-            # then the remaining basic indices as an ordinary getitem
-            rest = key[1:] if isinstance(key, tuple) else ()
+        rest = key[1:] if isinstance(key, tuple) else ()
+        if isinstance(first, (list, NvArray)) and not _indexing.is_index_key(rest):
             indices = first if isinstance(first, NvArray) else ignis.asarray(first, device=x.device)
-            rows = apply("take", ignis.take(x, indices, 0), (self,), (indices, x.shape, 0))
-            return rows[(slice(None),) * indices.ndim + rest] if rest else rows
+            if indices.ndim and indices.dtype.kind in "iu":
+                # an integer index array first, basic indices after it: a gather along axis 0
+                # (its rule scatter-adds), then the remaining basic indices as a getitem
+                rows = apply("take", ignis.take(x, indices, 0), (self,), (indices, x.shape, 0))
+                return rows[(slice(None),) * indices.ndim + rest] if rest else rows
+        # (other advanced keys, masks among them, gather here; the rule adds their gradients)
         return apply("getitem", x[key], (self,), (x.shape, key))
 
     def astype(self, dtype: Any) -> Tensor:

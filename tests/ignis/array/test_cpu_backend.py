@@ -44,7 +44,7 @@ def test_backend_is_abstract() -> None:
 
 def test_hooks_handle_zero_and_negative_strides() -> None:
     be = _backend.get_backend("cpu")
-    src = ignis.arange(12.0, device="cpu").reshape(3, 4)
+    src = ignis.arange(12.0, dtype="float64", device="cpu").reshape(3, 4)
     row = src[1]._view(src[1]._offset, (3, 4), (0, 8))  # a row broadcast over 3 rows
     rev = src[::-1, ::-1]
     out = ignis.empty((3, 4), dtype="float64", device="cpu")

@@ -73,6 +73,8 @@ def test_arange_matches_numpy(device: str, args, kwargs) -> None:
     ref = np.arange(*args, dtype=np.float64 if dtype and "float" in dtype else None)
     if dtype:
         ref = ref.astype(np_dtype(dtype))
+    elif ref.dtype == np.float64:  # float bounds: the default float dtype, float32
+        ref = np.arange(*args).astype(np.float32)
     assert a.dtype.numpy == ref.dtype and a.shape == ref.shape
     np.testing.assert_array_equal(a.to_host(), ref)
 
@@ -96,7 +98,9 @@ def test_from_host_numpy_round_trip(device: str, dtype: str, rng) -> None:
 
 
 def test_from_host_inference_shape_and_dtype(device: str) -> None:
-    assert NvArray.from_host([1.0, 2.0], device=device).dtype == "float64"  # NumPy's inference
+    # Python floats: the default float (float32); NumPy's float64 values keep their dtype
+    assert NvArray.from_host([1.0, 2.0], device=device).dtype == "float32"
+    assert NvArray.from_host(np.array([1.0, 2.0]), device=device).dtype == "float64"
     assert NvArray.from_host([1, 2], device=device).dtype == "int64"
     assert NvArray.from_host([True], device=device).dtype == "bool"
     a = NvArray.from_host([1, 2, 3, 4, 5, 6], shape=(2, 3), dtype="float16", device=device)
@@ -151,7 +155,8 @@ def test_asarray_copies_when_it_must() -> None:
     b = ignis.asarray(np.arange(3, dtype=np.int16), dtype="int32", device="cpu")
     assert b.dtype == "int32"
     s = ignis.asarray(3.5, device="cpu")
-    assert s.shape == () and s.dtype == "float64"
+    assert s.shape == () and s.dtype == "float32"  # the default float
+    assert ignis.asarray(np.float64(3.5), device="cpu").dtype == "float64"
 
 
 def test_asarray_of_nvarray(device: str) -> None:

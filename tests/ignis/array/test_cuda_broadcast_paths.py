@@ -53,7 +53,7 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], d: dt.DType) -> np.n
         return rng.random(shape) < 0.5
     if d.kind in "iu":
         info = np.iinfo(d.numpy)
-        return rng.integers(info.min, info.max, size=shape, endpoint=True).astype(d.numpy)
+        return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=d.numpy)
     x = rng.uniform(-4, 4, size=shape)
     x[np.abs(x) < 0.05] = 0.5  # keep divisors away from zero
     return x.astype(d.numpy)

@@ -740,8 +740,8 @@ def test_softmax_packed_can_be_switched_off(tune):
 def test_hooks_reject_unknown_ops(host_backend):
     x = _cpu(np.ones(3, np.float32))
     out = NvArray.empty((1,), dtype="float32", device="cpu")
-    with pytest.raises(ValueError, match="reduce: unknown reduction 'prod'; expected sum"):
-        reduction.reduce(host_backend, "prod", out, x, (0,), dt.float32, {})
+    with pytest.raises(ValueError, match="reduce: unknown reduction 'median'; expected one of sum"):
+        reduction.reduce(host_backend, "median", out, x, (0,), dt.float32, {})
     with pytest.raises(ValueError, match="arg_reduce: unknown op 'argfoo'"):
         reduction.arg_reduce(host_backend, "argfoo", out, x, 0)
     with pytest.raises(ValueError, match="sum: cannot accumulate in int8"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from . import (
     _manipulation,
+    _namespace,
     _ops,
     _sorting,
     linalg,
@@ -32,6 +33,7 @@ from ._device import ArrayDevice, get_default_device, set_default_device
 from ._indexing import index_add, take
 from ._interop import from_dlpack
 from ._manipulation import *  # noqa: F403
+from ._namespace import *  # noqa: F403
 from ._op_table import ElementwiseOp, elementwise_ops
 from ._ops import *  # noqa: F403  (the array functions; the op table's among them)
 from ._reduction_table import ReductionOp, reduction_ops
@@ -67,6 +69,7 @@ __all__ = [
     "take",
     "index_add",
     *_manipulation.__all__,
+    *_namespace.__all__,
     *_sorting.__all__,
 ]
 

@@ -1,4 +1,5 @@
-"""NumPy reference of the indexing family's backend hooks (take, index_add, dropout, rope).
+"""NumPy reference of the indexing family's backend hooks (take, index_add, put, nonzero_flat,
+repeat_index, dropout, rope).
 
 Each function gets the arguments the hook contract in ``_backend.py`` describes and computes in
 the arithmetic the CUDA kernels use (float32 for the 16-bit types, one rounding into the output),
@@ -19,7 +20,16 @@ from ._cpu_backend import host_view
 if TYPE_CHECKING:
     from .array import NvArray
 
-__all__ = ["take", "index_add", "dropout", "dropout_backward", "rope"]
+__all__ = [
+    "take",
+    "index_add",
+    "put",
+    "nonzero_flat",
+    "repeat_index",
+    "dropout",
+    "dropout_backward",
+    "rope",
+]
 
 _HALF = (dt.float16, dt.bfloat16)
 
@@ -121,3 +131,18 @@ def rope(
     else:
         res[..., :half], res[..., half:] = y0, y1
     host_view(out)[...] = res
+
+
+def put(dst: NvArray, indices: NvArray, src: NvArray) -> None:
+    k, valid = _wrapped(indices, dst.shape[1])
+    # NumPy's assignment with repeated indices: the last one lands
+    host_view(dst)[:, k[valid], :] = host_view(src)[:, valid, :]
+
+
+def nonzero_flat(out: NvArray, mask: NvArray) -> None:
+    host_view(out)[...] = np.flatnonzero(host_view(mask))
+
+
+def repeat_index(out: NvArray, repeats: NvArray) -> None:
+    r = host_view(repeats)
+    host_view(out)[...] = np.repeat(np.arange(r.shape[0], dtype=np.int64), r)

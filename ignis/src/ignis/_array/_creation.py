@@ -1,8 +1,11 @@
 """Array constructors: empty, zeros, ones, full, arange, from_host, asarray and ``*_like``.
 
-``empty/zeros/ones/full`` default to float32. ``from_host`` and ``asarray`` infer the dtype the
-way NumPy does (Python floats give float64, Python ints int64) unless ``dtype`` is given.
-``device=None`` means :func:`ignis.get_default_device`.
+Dtypes, unless ``dtype`` is given: ``empty/zeros/ones`` give the default floating dtype
+(float32, ``ignis._dtypes.default_float``); ``full`` and ``arange`` infer it from their values
+and ``from_host``/``asarray`` from the data: bool -> bool, Python ints -> int64, Python floats
+-> float32 (the Array API's rule with ignis' default float; PyTorch's too), while NumPy arrays
+and scalars and arrays of other libraries keep their own dtype. ``device=None`` means
+:func:`ignis.get_default_device`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,18 @@ __all__ = [
 
 def resolve_device(device: Any) -> ArrayDevice:
     return get_default_device() if device is None else as_device(device)
+
+
+def _dtype_or_default(dtype: Any, op: str) -> dt.DType:
+    return dt.default_float if dtype is None else dt.as_dtype(dtype, op)
+
+
+def _scalar_dtype(value: Any, op: str) -> dt.DType:
+    """The dtype a value without one gets: bool, int64, the default float; a NumPy scalar or
+    a 0-d array its own."""
+    if isinstance(value, float):
+        return dt.default_float
+    return dt.result_type(value, op=op)
 
 
 # (shape, itemsize) -> (row-major strides, nbytes): every op result needs them.
@@ -123,38 +138,46 @@ def adopt(
     return arr
 
 
-def empty(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+def empty(shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
     """An uninitialized array of ``shape``. Example: ``ignis.empty((2, 3), dtype="int32")``."""
     return _new(
-        _layout.normalize_shape(shape, "empty"), dt.as_dtype(dtype, "empty"), resolve_device(device)
+        _layout.normalize_shape(shape, "empty"),
+        _dtype_or_default(dtype, "empty"),
+        resolve_device(device),
     )
 
 
-def zeros(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+def zeros(shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
     """An array of zeros. Example: ``ignis.zeros(4)``."""
     out = _new(
-        _layout.normalize_shape(shape, "zeros"), dt.as_dtype(dtype, "zeros"), resolve_device(device)
+        _layout.normalize_shape(shape, "zeros"),
+        _dtype_or_default(dtype, "zeros"),
+        resolve_device(device),
     )
     out._backend.fill(out, False if out.dtype is dt.bool_ else 0)
     return out
 
 
-def ones(shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+def ones(shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
     """An array of ones. Example: ``ignis.ones((2, 2), dtype="bfloat16")``."""
     out = _new(
-        _layout.normalize_shape(shape, "ones"), dt.as_dtype(dtype, "ones"), resolve_device(device)
+        _layout.normalize_shape(shape, "ones"),
+        _dtype_or_default(dtype, "ones"),
+        resolve_device(device),
     )
     out._backend.fill(out, True if out.dtype is dt.bool_ else 1)
     return out
 
 
 def full(
-    shape: Any, fill_value: Any, dtype: dt.DTypeLike = "float32", device: Any = None
+    shape: Any, fill_value: Any, dtype: dt.DTypeLike | None = None, device: Any = None
 ) -> NvArray:
-    """An array whose elements are all ``fill_value``. Example: ``ignis.full(3, 2.5)``."""
+    """An array whose elements are all ``fill_value``; the dtype, unless given, is the value's
+    (bool, int64, float32). Example: ``ignis.full(3, 2.5)``."""
     from ._ops import _fill_value
 
-    shape, d = _layout.normalize_shape(shape, "full"), dt.as_dtype(dtype, "full")
+    shape = _layout.normalize_shape(shape, "full")
+    d = dt.as_dtype(dtype, "full") if dtype is not None else _scalar_dtype(fill_value, "full")
     value = _fill_value(fill_value, d, "full")  # a bad value is an error before any device work
     out = _new(shape, d, resolve_device(device))
     out._backend.fill(out, value)
@@ -171,8 +194,8 @@ def arange(
     """Values ``start + i * step`` for ``i`` in ``0..ceil((stop - start) / step) - 1``.
 
     With one argument it is ``stop`` (``arange(5)`` is 0..4). The dtype is inferred like
-    NumPy (all ints -> int64, any float -> float64) unless given. Element values are computed
-    in float64 (int64 for integer dtypes) and rounded once.
+    values (all ints -> int64, any float -> float32, the default float) unless given. Element
+    values are computed in float64 (int64 for integer dtypes) and rounded once.
     """
     if stop is None:
         start, stop = 0, start
@@ -186,9 +209,12 @@ def arange(
     start, stop, step = bounds
     if step == 0:
         raise ValueError("arange: step must not be zero")
-    target = (
-        dt.as_dtype(dtype, "arange") if dtype is not None else dt.result_type(start, stop, step)
-    )
+    if dtype is not None:
+        target = dt.as_dtype(dtype, "arange")
+    else:
+        target = dt.result_type(start, stop, step)
+        if target.kind == "f":
+            target = dt.default_float
     if all(isinstance(v, int) for v in bounds):
         n = max(0, -(-(stop - start) // step))
     else:
@@ -204,6 +230,10 @@ def arange(
     return out
 
 
+# Values that carry a dtype of their own (kept); anything else is Python data.
+_TYPED = (np.ndarray, np.generic)
+
+
 def _host_array(values: Any, dtype: dt.DType | None, op: str) -> np.ndarray:
     if isinstance(values, NvArray):
         host = values.to_host()
@@ -216,6 +246,8 @@ def _host_array(values: Any, dtype: dt.DType | None, op: str) -> np.ndarray:
         ) from None
     if host.dtype.kind in "OUSV" and host.dtype != dt.bfloat16.numpy:
         raise DTypeError(f"{op}: cannot convert values of NumPy dtype {host.dtype} to an array")
+    if dtype is None and host.dtype == np.float64 and not isinstance(values, _TYPED):
+        host = host.astype(dt.default_float.numpy)  # Python floats: the default float
     return host
 
 

@@ -469,3 +469,155 @@ family(
     generates on the host with NumPy and copies in.""",
     cuda="elementwise.random", portable="random",
 )
+
+# --- standard indexing and manipulation (front end: _indexing.py, _manipulation.py) -----------
+
+family(
+    "put", "dst indices src",
+    """Scatter rows in place: ``dst[o, k, :] = src[o, j, :]`` with ``k = indices[j]``.
+
+    ``dst`` is contiguous ``(outer, n, inner)`` of any dtype, ``src`` contiguous
+    ``(outer, m, inner)`` of the same dtype (not overlapping ``dst``), ``indices`` contiguous
+    int32/int64 ``(m,)``, all non-empty. Indices wrap like NumPy; an index outside ``[-n, n)``
+    writes nothing; of repeated indices one row lands (which one is unspecified, and may mix
+    rows element by element on a parallel backend).""",
+    cpu="_cpu_indexing.put", cuda="indexing.put",
+)
+
+family(
+    "nonzero_flat", "out mask",
+    """The row-major flat positions of the True elements of contiguous bool ``mask`` ``(n,)``,
+    in increasing order, into contiguous int64 ``out`` ``(count,)``; ``count`` is exactly the
+    number of True elements (the front end counted them). Either may be empty.""",
+    cpu="_cpu_indexing.nonzero_flat", cuda="indexing.nonzero_flat",
+)
+
+family(
+    "repeat_index", "out repeats",
+    """``out`` (int64, contiguous, ``(sum(repeats),)``) holds each ``i`` ``repeats[i]`` times, in
+    order: ``numpy.repeat(arange(n), repeats)``. ``repeats`` is contiguous int64 ``(n,)``, every
+    value ``>= 0`` (the front end checked them and summed them). Either may be empty.""",
+    cpu="_cpu_indexing.repeat_index", cuda="indexing.repeat_index",
+)
+
+# --- linear algebra (front end: linalg.py) ------------------------------------------------------
+# Every array is C-contiguous; matrices come as 3-D stacks ``(batch, m, n)`` with batch >= 1 and
+# m, n >= 1 (the front end handles empty stacks itself), of one dtype, float32 or float64;
+# ``info`` is int32 ``(batch,)``. CPU: numpy.linalg; CUDA: cuSOLVER (raising
+# ``CusolverNotFoundError`` naming the extra to install where it is missing). A matrix that
+# cannot be factored never raises here: its ``info`` entry is set nonzero and the front end
+# reads ``info`` once (one synchronization) and raises ``ignis.linalg.LinAlgError``.
+
+family(
+    "linalg_cholesky", "out info x upper",
+    """Cholesky factors of the symmetric positive-definite matrices ``x`` ``(batch, n, n)``:
+    lower ``L`` (``x = L L^T``, read from x's lower triangle) or, with ``upper``, upper ``U``
+    (``x = U^T U``, read from the upper triangle) into ``out`` (same shape), the other triangle
+    zero. ``info[b]`` is 0, or the order k of the first leading minor of matrix b that is not
+    positive-definite (``out[b]`` is then undefined).""",
+    cpu="_cpu_linalg.cholesky", cuda="linalg.cholesky",
+)
+
+family(
+    "linalg_solve", "out info a b",
+    """``out[i] = a[i]^-1 b[i]`` for ``a`` ``(batch, n, n)``, ``b`` and ``out``
+    ``(batch, n, k)`` (LU with partial pivoting). ``info[i]`` is 0, or positive where
+    ``a[i]`` is exactly singular (``out[i]`` is then undefined).""",
+    cpu="_cpu_linalg.solve", cuda="linalg.solve",
+)
+
+family(
+    "linalg_slogdet", "sign logabsdet det x",
+    """Sign, natural log of the absolute value and value of the determinant of each matrix of
+    ``x`` ``(batch, n, n)`` into ``(batch,)`` arrays of x's dtype, each None when not wanted.
+    A singular matrix gives sign 0, logabsdet -inf, det 0 (never an error); ``det`` equals
+    ``sign * exp(logabsdet)`` as NumPy computes it.""",
+    cpu="_cpu_linalg.slogdet", cuda="linalg.slogdet",
+)
+
+family(
+    "linalg_qr", "q r x complete",
+    """QR factorization (Householder) of ``x`` ``(batch, m, n)``, ``k = min(m, n)``:
+    ``q`` ``(batch, m, mq)`` with orthonormal columns and upper-triangular ``r``
+    ``(batch, mq, n)`` with ``x = q r``; ``mq = m`` when ``complete``, else ``k``. The signs
+    of r's diagonal are the algorithm's (LAPACK's convention, not made positive).""",
+    cpu="_cpu_linalg.qr", cuda="linalg.qr",
+)
+
+family(
+    "linalg_eigh", "w v info x",
+    """Eigenvalues ``w`` ``(batch, n)``, ascending, and (unless ``v`` is None) orthonormal
+    eigenvectors as the columns of ``v`` ``(batch, n, n)`` of the symmetric matrices ``x``
+    ``(batch, n, n)``, read from their lower triangle (NumPy's ``UPLO='L'``). ``info[b]`` is 0,
+    or positive where the algorithm did not converge.""",
+    cpu="_cpu_linalg.eigh", cuda="linalg.eigh",
+)
+
+family(
+    "linalg_svd", "u s vh info x full_matrices",
+    """Singular values ``s`` ``(batch, k)``, descending, of ``x`` ``(batch, m, n)``,
+    ``k = min(m, n)``, and unless ``u`` and ``vh`` are None the singular vectors with
+    ``x = u diag(s) vh``: ``u`` ``(batch, m, m)`` and ``vh`` ``(batch, n, n)`` with
+    ``full_matrices``, else ``(batch, m, k)`` and ``(batch, k, n)``. ``info[b]`` is 0, or
+    positive where the algorithm did not converge.""",
+    cpu="_cpu_linalg.svd", cuda="linalg.svd",
+)
+
+# --- sorting, searching, sets and cumulative ops (front end: _sorting.py) ----------------------
+# Order everywhere is NumPy's: ascending puts NaN last (descending first), -0.0 equals +0.0.
+# ``nonzero`` and ``unique`` return results whose size depends on the data: they, and only they,
+# may synchronize the host, once, to learn it.
+
+family(
+    "sort", "values indices x descending",
+    """Stable sort of each row of contiguous ``x`` ``(rows, n)``, ``rows, n >= 1``.
+
+    ``indices`` (int64) gets the positions in the row in sorted order and ``values`` (x's
+    dtype) the elements; either may be None (not both). Ascending, or descending with equal
+    elements still in index order (all NaNs compare equal here). With ``indices`` None,
+    ``values`` are the input's elements except that a NaN may lose its sign, and -0.0 and
+    +0.0 may come in either order; with both given, ``values`` may hold +0.0 for -0.0 and any
+    NaN for a NaN. Never synchronizes the host.""",
+    cpu="_cpu_sorting.sort", cuda="sorting.sort",
+)
+
+family(
+    "cumulative", "out x op include_initial",
+    """Inclusive scan along axis 1 of contiguous ``x`` ``(outer, n, inner)``, ``n >= 1``,
+    into contiguous ``out`` ``(outer, n + include_initial, inner)`` of x's dtype (not bool).
+
+    ``op`` is "sum" or "prod"; ``include_initial`` puts 0 (1) first. float16/bfloat16 run in
+    float32 and round each output once; integers wrap around. Float sums may group the terms
+    differently from a sequential sum, but the same way on every run. Never synchronizes the
+    host.""",
+    cpu="_cpu_sorting.cumulative", cuda="sorting.cumulative",
+)
+
+family(
+    "searchsorted", "out sorted values right",
+    """``out[i]`` (int64, contiguous, ``values``' shape) = the first index ``j`` of the
+    contiguous ascending 1-D ``sorted`` (m >= 1) with ``values[i] <= sorted[j]``
+    (``values[i] < sorted[j]`` when ``right``), or m; ``values`` contiguous, non-empty, of
+    sorted's dtype. Never synchronizes the host.""",
+    cpu="_cpu_sorting.searchsorted", cuda="sorting.searchsorted",
+)
+
+family(
+    "nonzero", "x",
+    """The coordinates of the nonzero elements (NaN is nonzero, -0.0 zero) of contiguous,
+    non-empty ``x`` of at least 1 dimension, in row-major order: returns a new int64 array
+    ``(x.ndim, count)`` on x's device. Synchronizes the host once (the count).""",
+    cpu="_cpu_sorting.nonzero", cuda="sorting.nonzero",
+)
+
+family(
+    "unique", "x want_indices want_inverse want_counts",
+    """The unique elements of contiguous 1-D non-empty ``x``: returns ``(values, indices,
+    inverse, counts)``, new arrays on x's device, each but ``values`` None unless wanted.
+
+    ``values`` (x's dtype) ascending, NaNs last and each NaN its own value, -0.0 and +0.0 one
+    value (either may be returned); ``indices`` (int64) the first occurrence of each,
+    ``inverse`` (int64, x's shape) the value index of each element, ``counts`` (int64) the
+    occurrences of each. Synchronizes the host once (the number of values).""",
+    cpu="_cpu_sorting.unique", cuda="sorting.unique",
+)

@@ -310,6 +310,6 @@ def _check_index_item(k: Any) -> None:
         return
     if isinstance(k, bool) or not hasattr(type(k), "__index__"):
         raise IndexError(
-            f"only integers, slices (':'), ellipsis ('...') and None are valid indices, got "
-            f"{type(k).__name__}; advanced (array or boolean) indexing is not supported"
+            f"only integers, slices (':'), ellipsis ('...') and None are valid basic indices, "
+            f"got {type(k).__name__}; the advanced ones are integer or boolean arrays"
         )

@@ -606,6 +606,11 @@ _OPS = (
     ElementwiseOp("conj", 1, "numeric", np.conj, "op_positive",
                   "The complex conjugate; a copy for real dtypes.",
                   lambda g, need: (g,), (), fresh=False, aliases=("conjugate",)),
+    ElementwiseOp("real", 1, "numeric", np.real, "op_positive",
+                  "The real part; a copy for real dtypes.",
+                  lambda g, need: (g,), (), fresh=False),
+    ElementwiseOp("imag", 1, "numeric", lambda x: np.zeros_like(np.imag(x)), "op_zero",
+                  "The imaginary part; zeros for real dtypes.", _zero, ()),
     # rounding and sign (integers come back as they are)
     ElementwiseOp("floor", 1, "numeric", np.floor, "op_floor",
                   "The largest integer ``<= x`` (same dtype).", _zero, (), sample=(0.1, 0.9)),

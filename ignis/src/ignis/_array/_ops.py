@@ -549,10 +549,9 @@ def where(cond: Any, a: Any, b: Any) -> NvArray:
 
 
 def clip(x: NvArray, min: Any = None, max: Any = None) -> NvArray:  # noqa: A002
-    """``minimum(maximum(x, min), max)``; either bound may be None (not both). NaN stays NaN."""
+    """``minimum(maximum(x, min), max)``; either bound may be None (both: a copy of ``x``).
+    NaN stays NaN. The result has ``x``'s dtype (the Array API's rule)."""
     x = _require_array(x, "clip")
-    if min is None and max is None:
-        raise ValueError("clip: at least one of min and max must be given")
     out = x
     if min is not None:
         out = _binary("maximum", out, min)
@@ -761,6 +760,29 @@ def matmul(
     return _matmul_full(a, b, transpose_a, transpose_b, alpha, beta, out, None)
 
 
+def _integer_matmul(
+    a: NvArray, b: NvArray, spec: Any, ta: bool, tb: bool, alpha: Any, beta: Any, out: Any
+) -> NvArray:
+    """Integer :func:`matmul`, exact (and wrapping around as NumPy's): the products broadcast
+    over ``(..., m, k, n)`` and summed over ``k``, so it takes ``m * k * n`` elements of memory;
+    cast to a float dtype for the matrix kernels' speed."""
+    a = a.astype(spec.dtype, copy=False)
+    b = b.astype(spec.dtype, copy=False)
+    a = a.unsqueeze(0) if spec.a_vector else a.swapaxes(-1, -2) if ta else a
+    b = b.unsqueeze(-1) if spec.b_vector else b.swapaxes(-1, -2) if tb else b
+    res = (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(axis=-2, dtype=spec.dtype)
+    if alpha != 1:
+        res = res * alpha
+    res = res.reshape(spec.shape)
+    if out is None:
+        return res
+    _check_out("matmul", out, spec.shape, spec.dtype, a._device)
+    if beta != 0:
+        res = res + out * beta
+    out.copy_(res)
+    return out
+
+
 def _matmul_full(
     a: Any,
     b: Any,
@@ -779,6 +801,8 @@ def _matmul_full(
     spec = sem.matmul(a._shape, a._dtype, b._shape, b._dtype, transpose_a, transpose_b)
     if beta != 0 and out is None:
         raise ValueError("matmul: beta != 0 needs out= (the array to accumulate into)")
+    if spec.dtype.kind != "f":
+        return _integer_matmul(a, b, spec, transpose_a, transpose_b, alpha, beta, out)
     if out is None:
         out = _creation._new(spec.shape, spec.dtype, a._device)
     else:

@@ -13,7 +13,8 @@ are named in the op table (:mod:`ignis._array._op_table`, which lists them) and 
   and ``var`` of bool/integers give float64; ``max``/``min`` keep the dtype; ``all``/``any``
   give bool; ``argmax``/``argmin`` give int64). float16/bfloat16 reductions accumulate in
   float32 and round once.
-* ``matmul``: floating operands only; the promoted dtype; float16/bfloat16 accumulate in float32.
+* ``matmul``: numeric operands; the promoted dtype; float16/bfloat16 accumulate in float32;
+  integers are exact (wrapping around as NumPy's).
 """
 
 from __future__ import annotations
@@ -384,9 +385,9 @@ def matmul(
                 "at least 1 dimension"
             )
     for d in (a_dtype, b_dtype):
-        if d.kind != "f":
+        if d.kind == "b":
             raise DTypeError(
-                f"matmul: operands must be floating (float16, bfloat16, float32, float64), got "
+                f"matmul: operands must be numeric (integers or floats), got "
                 f"{a_dtype.name} and {b_dtype.name}; cast with astype()"
             )
     dtype = dt.promote_types(a_dtype, b_dtype)

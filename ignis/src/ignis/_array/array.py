@@ -179,23 +179,23 @@ class NvArray:
     # --- constructors (see _creation) -------------------------------------------------------------
 
     @classmethod
-    def empty(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    def empty(cls, shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
         """An uninitialized array. Example: ``NvArray.empty((2, 3), dtype="float16")``."""
         return _creation.empty(shape, dtype=dtype, device=device)
 
     @classmethod
-    def zeros(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    def zeros(cls, shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
         """An array of zeros. Example: ``NvArray.zeros(4, device="cpu")``."""
         return _creation.zeros(shape, dtype=dtype, device=device)
 
     @classmethod
-    def ones(cls, shape: Any, dtype: dt.DTypeLike = "float32", device: Any = None) -> NvArray:
+    def ones(cls, shape: Any, dtype: dt.DTypeLike | None = None, device: Any = None) -> NvArray:
         """An array of ones."""
         return _creation.ones(shape, dtype=dtype, device=device)
 
     @classmethod
     def full(
-        cls, shape: Any, fill_value: Any, dtype: dt.DTypeLike = "float32", device: Any = None
+        cls, shape: Any, fill_value: Any, dtype: dt.DTypeLike | None = None, device: Any = None
     ) -> NvArray:
         """An array with every element ``fill_value``: ``NvArray.full((2,), 7, "int32")``."""
         return _creation.full(shape, fill_value, dtype=dtype, device=device)
@@ -268,6 +268,9 @@ class NvArray:
 
     def __float__(self) -> float:
         return float(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
 
     def __int__(self) -> int:
         return int(self.item())
@@ -359,6 +362,23 @@ class NvArray:
     def cpu(self) -> NvArray:
         """``self.to("cpu")``."""
         return self.to("cpu")
+
+    def to_device(self, device: Any, /, *, stream: Any = None) -> NvArray:
+        """The Array API's :meth:`to` (``stream`` is accepted and, as the copy synchronizes,
+        not needed)."""
+        return self.to(device)
+
+    def __array_namespace__(self, /, *, api_version: str | None = None) -> Any:
+        """The ``ignis`` module: the Array API namespace of this array (2024.12; 2023.12 and
+        2022.12 are accepted too)."""
+        if api_version not in (None, "2024.12", "2023.12", "2022.12"):
+            raise ValueError(
+                f"__array_namespace__: api_version {api_version!r} is not supported; "
+                "expected '2024.12' (or '2023.12', '2022.12')"
+            )
+        import ignis
+
+        return ignis
 
     def copy_(self, src: Any) -> NvArray:
         """Copy ``src`` (an NvArray on any device, host data or a scalar) into this array.
@@ -484,32 +504,54 @@ class NvArray:
         return self._view(self._offset, target, strides)
 
     def __getitem__(self, key: Any) -> NvArray:
+        """``self[key]``: basic indices (ints, slices, None, ``...``) give a view; integer
+        arrays, boolean masks (n-d and 0-d, Python bools too) and lists of them give a copy,
+        with NumPy's rules (:mod:`ignis._array._indexing`). A mask waits for the device once, to
+        learn the result's size. Example: ``x[1:, None]``, ``x[idx, :, idx2]``, ``x[x > 0]``.
+        """
         first = key[0] if key.__class__ is tuple and key else key
         if first.__class__ is list or (
             isinstance(first, NvArray) and (first.ndim or first._dtype.kind not in "iu")
         ):
-            from . import _indexing  # an integer array (or list) first: a gather
+            from . import _indexing  # an array (or list) first: a gather
 
             return _indexing.getitem(self, key)
-        if isinstance(key, NvArray) or (
-            isinstance(key, tuple) and any(isinstance(k, NvArray) and k.ndim for k in key)
-        ):
-            if not (isinstance(key, NvArray) and key.ndim == 0 and key.dtype.kind in "iu"):
-                raise IndexError(
-                    "advanced (array or boolean) indexing is not supported; use basic indices "
-                    "(ints, slices, None, ...) or where()"
-                )
+        if key.__class__ is tuple:
+            for k in key:
+                c = k.__class__
+                if c is int or c is slice or k is None:  # the common items, checked first
+                    continue
+                if c is list or c is bool or c is _np_bool or (
+                    c is NvArray and (k.ndim or k._dtype.kind not in "iu")
+                ):
+                    from . import _indexing
+
+                    return _indexing.getitem(self, key)
+        elif key.__class__ is bool or key.__class__ is _np_bool:
+            from . import _indexing
+
+            return _indexing.getitem(self, key)
         delta, shape, strides = _layout.index_view(self._shape, self._strides, key)
         return self._view(self._offset + delta, shape, strides)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        first = key[0] if key.__class__ is tuple and key else key
-        if first.__class__ is list or (isinstance(first, NvArray) and first.ndim):
-            # A gather makes a copy: writing into it would silently change nothing.
-            raise IndexError(
-                "__setitem__: assignment through an integer-array index is not supported; "
-                "use basic indices (ints, slices) or ignis.index_add(dst, axis, indices, src)"
-            )
+        """``self[key] = value``; ``value`` (a scalar, host data or an NvArray) broadcasts to
+        the shape of ``self[key]`` and is converted to this array's dtype. Through integer
+        arrays and masks the elements are written in place (of repeated indices one assignment
+        lands, which one is unspecified); a mask waits for the device once unless ``value`` is
+        the same for every element it selects. Example: ``x[x < 0] = 0``, ``x[idx] = rows``.
+        """
+        for k in key if key.__class__ is tuple else (key,):
+            c = k.__class__
+            if c is int or c is slice or k is None:  # the common items, checked first
+                continue
+            if c is list or c is bool or c is _np_bool or (
+                isinstance(k, NvArray) and (k.ndim or k._dtype.kind not in "iu")
+            ):
+                from . import _indexing
+
+                _indexing.setitem(self, key, value)
+                return
         _ops._copy_into(self[key], value, "__setitem__")
 
     # --- interop -------------------------------------------------------------------------------
@@ -565,6 +607,12 @@ class NvArray:
     def matmul(self, other: NvArray, **kwargs: Any) -> NvArray:
         return _ops.matmul(self, other, **kwargs)
 
+    def repeat(self, repeats: Any, axis: int | None = None) -> NvArray:
+        """Each element repeated ``repeats`` times along ``axis``: :func:`ignis.repeat`."""
+        from . import _manipulation
+
+        return _manipulation.repeat(self, repeats, axis=axis)
+
     # --- gather / scatter-add (see ignis.take, ignis.index_add) --------------------------------
 
     def take(self, indices: Any, axis: int = 0, *, check: bool = False) -> NvArray:
@@ -593,6 +641,9 @@ class NvArray:
 
 
 _new_object = object.__new__
+_np_bool = np.bool_
+
+
 _reshapes = PlanCache(
     "array.reshapes",
     4096,

@@ -1,5 +1,6 @@
-"""The indexing family of the CUDA backend: take, index_add, dropout and rope (kernels in
-``cuda_src/indexing.cu``, ``cuda_src/dropout.cu`` and ``cuda_src/rope.cu``).
+"""The indexing family of the CUDA backend: take, index_add, put, nonzero_flat, repeat_index,
+dropout and rope (kernels in ``cuda_src/indexing.cu``, ``cuda_src/dropout.cu`` and
+``cuda_src/rope.cu``).
 
 The front end hands over contiguous arrays in the shapes of the hook contract (``_backend.py``),
 so every kernel works on rows: ``take`` and ``index_add`` on rows of ``inner`` elements, ``rope``
@@ -10,7 +11,11 @@ allow, and a thread keeps up to ``take_rows_in_flight`` rows' loads in flight wh
 enough rows to fill the GPU (the ``indexing`` settings of ``ignis.tuning``,
 :class:`ignis._tuning.IndexingSettings`, read once per call). Dropout moves 16-byte vectors
 (data and mask) when every operand is 16-byte aligned, else takes the kernels' scalar path.
-Nothing here synchronizes the host.
+``put`` moves rows as raw bytes, so one kernel instance serves every dtype of an item size.
+``nonzero_flat`` and ``repeat_index`` are scans in three launches: per-block totals, one block
+turning them into offsets, then each block writing its chunk (``repeat_index`` then finds each
+output's source by binary search). Nothing here synchronizes the host: the front end learns the
+sizes of these results first.
 """
 
 from __future__ import annotations
@@ -28,13 +33,26 @@ from ._kernels import CTYPE, library_kernel
 if TYPE_CHECKING:
     from ..array import NvArray
 
-__all__ = ["take", "index_add", "dropout", "dropout_backward", "rope", "kernel_names"]
+__all__ = [
+    "take",
+    "index_add",
+    "put",
+    "nonzero_flat",
+    "repeat_index",
+    "dropout",
+    "dropout_backward",
+    "rope",
+    "kernel_names",
+]
 
 THREADS = 256  # threads per block (dropout.cu's dropout_threads: its launch bound)
 
 INDEX_TYPES = (dt.int32, dt.int64)
 ADD_TYPES = (dt.int32, dt.int64, dt.float32, dt.float64)  # types with native atomics
 FLOAT_TYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float64)
+ITEM_SIZES = (1, 2, 4, 8, 16)  # the element sizes put_rows moves (16: complex128)
+SCAN_THREADS = 256  # indexing.cu's scan_threads: the block size of every scan kernel
+SCAN_CHUNK = 4096  # elements a scan block walks at least (more when the grid cap is reached)
 
 _grid_caps = PlanCache(
     "cuda.indexing.grid_caps", 64, "(device, indexing settings) -> grid cap and multiprocessors"
@@ -55,6 +73,24 @@ def take_name(dtype: dt.DType, index: dt.DType, vec: int, rows_in_flight: int = 
 def index_add_name(dtype: dt.DType, index: dt.DType, deterministic: bool) -> str:
     kind = "index_add_ordered" if deterministic else "index_add_atomic"
     return f"ignis::idx::{kind}<{CTYPE[dtype]}, {CTYPE[index]}>"
+
+
+def put_name(itemsize: int, index: dt.DType, vec: int) -> str:
+    return f"ignis::idx::put_rows<{itemsize}, {CTYPE[index]}, {vec}>"
+
+
+# (scan_block_totals, scan_write) of the two scans: flat positions of a bool mask, and the
+# exclusive prefix sums of int64 repeat counts.
+SCAN_NAMES = {
+    "nonzero": (
+        "ignis::idx::scan_block_totals<bool, true>",
+        "ignis::idx::scan_write<bool, true>",
+    ),
+    "repeat": (
+        "ignis::idx::scan_block_totals<ignis::int64, false>",
+        "ignis::idx::scan_write<ignis::int64, false>",
+    ),
+}
 
 
 def dropout_name(dtype: dt.DType, backward: bool, vec: bool = True) -> str:
@@ -94,7 +130,10 @@ def kernel_names(tune: IndexingSettings | None = None) -> dict[str, list[str]]:
             for d in ADD_TYPES
             for i in INDEX_TYPES
             for det in (False, True)
-        ],
+        ]
+        + [put_name(b, i, v) for b in ITEM_SIZES for i in INDEX_TYPES for v in _vectors(b)]
+        + [name for pair in SCAN_NAMES.values() for name in pair]
+        + ["ignis::idx::scan_totals", "ignis::idx::repeat_search"],
         "dropout.cu": [
             dropout_name(d, b, v) for d in FLOAT_TYPES for b in (False, True) for v in (False, True)
         ],
@@ -224,6 +263,72 @@ def index_add(
         -(-rows // by),
         (bx, by),
         [_ptr(dst), _ptr(indices), _ptr(src), rows, m, n, inner, alpha],
+    )
+
+
+def put(backend: Any, dst: NvArray, indices: NvArray, src: NvArray) -> None:
+    outer, n, inner = dst.shape
+    m = indices.shape[0]
+    pd, pi, ps = _ptr(dst), _ptr(indices), _ptr(src)
+    itemsize = dst.dtype.itemsize
+    vec = _widest_vector(itemsize, inner, (pd, ps))
+    bx, by = _row_block(inner // vec)
+    rows = outer * m
+    _launch(
+        backend,
+        "indexing.cu",
+        put_name(itemsize, indices.dtype, vec),
+        -(-rows // by),
+        (bx, by),
+        [pd, pi, ps, rows, m, n, inner // vec],
+    )
+
+
+def _scan_layout(backend: Any, n: int) -> tuple[int, int]:
+    """``(blocks, chunk)``: chunks of at least SCAN_CHUNK elements, a multiple of the block
+    size, and no more blocks than the grid cap (each block walks its chunk in order)."""
+    cap = _caps(backend, _tuning.current.indexing)[0]
+    blocks = max(1, min(-(-n // SCAN_CHUNK), cap))
+    per_block = -(-n // blocks)
+    chunk = -(-per_block // SCAN_THREADS) * SCAN_THREADS
+    return -(-n // chunk), chunk
+
+
+def _scan(backend: Any, kind: str, x: NvArray, out: NvArray) -> None:
+    """The three launches of a scan of ``x`` (n,) into ``out`` (see SCAN_NAMES)."""
+    from .. import _creation
+
+    n = x.numel
+    blocks, chunk = _scan_layout(backend, n)
+    # per-block totals, then (in place) their exclusive prefix sums and the grand total
+    totals = _creation._new((blocks + 1,), dt.int64, backend.device)
+    first, write = SCAN_NAMES[kind]
+    px, pt = _ptr(x), _ptr(totals)
+    _launch(backend, "indexing.cu", first, blocks, SCAN_THREADS, [px, n, chunk, pt])
+    _launch(backend, "indexing.cu", "ignis::idx::scan_totals", 1, SCAN_THREADS, [pt, blocks])
+    _launch(backend, "indexing.cu", write, blocks, SCAN_THREADS, [px, n, chunk, pt, _ptr(out)])
+
+
+def nonzero_flat(backend: Any, out: NvArray, mask: NvArray) -> None:
+    if out.numel and mask.numel:
+        _scan(backend, "nonzero", mask, out)
+
+
+def repeat_index(backend: Any, out: NvArray, repeats: NvArray) -> None:
+    from .. import _creation
+
+    n, total = repeats.numel, out.numel
+    if not (n and total):
+        return
+    starts = _creation._new((n,), dt.int64, backend.device)
+    _scan(backend, "repeat", repeats, starts)
+    _launch(
+        backend,
+        "indexing.cu",
+        "ignis::idx::repeat_search",
+        -(-total // THREADS),
+        THREADS,
+        [_ptr(starts), n, total, _ptr(out)],
     )
 
 

@@ -91,6 +91,7 @@ _SUM_ACC = {
 # is an int whatever the input (all, any).
 _REDUCE_NAMES = tuple(n for n, op in REDUCTIONS.items() if op.cuda is not None)
 _TRUTH_OPS = ("AllOp", "AnyOp")
+_DDOF_OPS = frozenset(n for n, op in REDUCTIONS.items() if op.ddof)  # var, std
 _WORK_SIZE = {"int": 4, "long long": 8, "unsigned long long": 8, "float": 4, "double": 8}
 
 # Launch limits, not choices (the ``reduction`` and ``softmax`` settings of ignis.tuning are).
@@ -757,7 +758,7 @@ def reduce(
         axes,
         x_ptr % 16,
         out_ptr % 16,
-        params.get("ddof", 0) if REDUCTIONS[op].ddof else 0,
+        params.get("ddof", 0) if op in _DDOF_OPS else 0,
         backend,  # (by identity) the device, and a stand-in backend never meets a real one's
         tune,
     )
@@ -896,9 +897,11 @@ def _reduce_planned(
     """:func:`reduce` planned in full under the reduction settings ``tune``, as the reduction
     table's ``cuda`` entry of ``op`` says (:class:`~ignis._array._reduction_table.CudaReduce`)."""
     functor, on, finish = REDUCTIONS[op].cuda
-    if on == "accumulate" and accumulate.name not in _SUM_ACC:
+    # means and deviations divide: they accumulate in a float type
+    allowed = _SUM_ACC if finish == "one" else ("float32", "float64")
+    if on == "accumulate" and accumulate.name not in allowed:
         raise ValueError(
-            f"{op}: cannot accumulate in {accumulate.name}; expected one of {', '.join(_SUM_ACC)}"
+            f"{op}: cannot accumulate in {accumulate.name}; expected {' or '.join(allowed)}"
         )
     target = _output(backend, out)
     count = math.prod(x.shape[a] for a in axes)

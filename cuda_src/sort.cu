@@ -1,0 +1,688 @@
+// sort.cu - sorting, searching, set and cumulative kernels (the "sorting" families).
+//
+// Order. Every comparison goes through an order-preserving key: the element's bits mapped to an
+// unsigned integer of the same width whose unsigned order is the value order (Key<T> below).
+// Unsigned integers are their own keys, signed ones flip the sign bit, IEEE floats flip the sign
+// bit of positives and every bit of negatives. NaNs map above +inf (NumPy's order: NaN last),
+// and descending order is the bitwise complement of the ascending key. Two flavours:
+//   canonical  every NaN has one key (all ones) and -0.0 the key of +0.0: equal values get
+//              equal keys, so a stable sort keeps equal values in index order (argsort, unique,
+//              searchsorted);
+//   exact      one-to-one but for the sign of NaNs: -0.0 sorts just before +0.0 and NaNs by
+//              payload, so the sorted values can be rebuilt from their keys (sort's values).
+//
+// Kernels (all 64-bit indexed; tiles of TILE = 256 threads x 16 items):
+//   radix_upsweep / radix_downsweep   one pass of a stable LSD radix sort on 8-bit digits of
+//       the keys of rows of n elements (tiles never cross a row, so per-(row, digit, tile)
+//       counts scanned in row-major order give each tile its scatter offsets directly). The
+//       downsweep ranks a tile stably (warp-local digit counters through __match_any_sync),
+//       exchanges it through shared memory into digit order and writes it out coalesced. The
+//       first pass reads the input and makes its keys; the last writes the outputs (values
+//       rebuilt from keys, int64 indices).
+//   sort_rows_small   rows of at most P <= 2048 elements sorted in shared memory by a bitonic
+//       network on (key, index): the index breaks ties, so the result is stable.
+//   scan_rows         inclusive scan (sum, product) of rows in one pass: tiles publish their
+//       aggregate, then look back for the nearest predecessor that published its inclusive
+//       prefix (decoupled look-back; tile ids come from a counter, in launch order, so the
+//       tiles waited for are running). The prefix is folded forward from that predecessor in
+//       tile order, so float results do not depend on timing: each tile's prefix is the
+//       left-to-right sum of the tile totals before it.
+//   scan_cols         one thread per column of (outer, n, inner): sequential scans along n.
+//   count_flags / compact_flags   stream compaction in two passes around a scan of the tile
+//       counts (nonzero elements, or the first element of each run of equal sorted values).
+//   searchsorted      binary search of canonical keys.
+//   unravel           flat index -> coordinate along one dimension.
+#include "ignis_types.cuh"
+
+#if defined(__CUDACC__)
+#define SORT_DEV __device__ __forceinline__
+#else
+#define SORT_DEV inline
+#endif
+
+namespace ignis {
+namespace sort {
+
+// (enumerators rather than constexpr variables: a source compiled without the kernels that use
+// one would warn about it)
+enum : int {
+  THREADS = 256,
+  WARPS = THREADS / 32,
+  ITEMS = 16,
+  TILE = THREADS * ITEMS,
+  RADIX = 256,  // 8-bit digits; RADIX == THREADS: thread d owns digit d
+};
+enum : unsigned { FULL = 0xffffffffu };
+
+static_assert(RADIX == THREADS, "one thread per digit");
+
+// --- order-preserving keys ---------------------------------------------------------------------
+
+template <int BYTES> struct uint_of;
+template <> struct uint_of<1> { typedef uint8 type; };
+template <> struct uint_of<2> { typedef uint16 type; };
+template <> struct uint_of<4> { typedef uint32 type; };
+template <> struct uint_of<8> { typedef uint64 type; };
+
+// How the bits of T order: 0 unsigned integer, 1 two's complement, 2 IEEE sign-magnitude, 3 bool.
+template <class T> struct order_kind { static constexpr int value = 0; };
+template <> struct order_kind<bool> { static constexpr int value = 3; };
+template <> struct order_kind<int8> { static constexpr int value = 1; };
+template <> struct order_kind<int16> { static constexpr int value = 1; };
+template <> struct order_kind<int32> { static constexpr int value = 1; };
+template <> struct order_kind<int64> { static constexpr int value = 1; };
+template <> struct order_kind<float16> { static constexpr int value = 2; };
+template <> struct order_kind<bfloat16> { static constexpr int value = 2; };
+template <> struct order_kind<float> { static constexpr int value = 2; };
+template <> struct order_kind<double> { static constexpr int value = 2; };
+
+// The bits of +inf (floats only): magnitudes above it are NaNs.
+template <class T> struct inf_bits { static constexpr uint64 value = 0; };
+template <> struct inf_bits<float16> { static constexpr uint64 value = 0x7c00ull; };
+template <> struct inf_bits<bfloat16> { static constexpr uint64 value = 0x7f80ull; };
+template <> struct inf_bits<float> { static constexpr uint64 value = 0x7f800000ull; };
+template <> struct inf_bits<double> { static constexpr uint64 value = 0x7ff0000000000000ull; };
+
+template <class T> struct Key {
+  typedef typename uint_of<sizeof(T)>::type K;
+  static constexpr int kind = order_kind<T>::value;
+  static constexpr K SIGN = (K)((K)1 << (sizeof(T) * 8 - 1));
+  static constexpr K MAG = (K)~SIGN;
+  static constexpr K INF = (K)inf_bits<T>::value;
+  static constexpr K ONES = (K)~(K)0;
+
+  // The ascending key of the element with bits u.
+  static SORT_DEV K up(K u, bool exact) {
+    if constexpr (kind == 0) {
+      return u;
+    } else if constexpr (kind == 3) {
+      return u ? (K)1 : (K)0;
+    } else if constexpr (kind == 1) {
+      return (K)(u ^ SIGN);
+    } else {
+      const K mag = (K)(u & MAG);
+      if (mag > INF) return exact ? (K)(mag | SIGN) : ONES;  // NaN: above +inf
+      if (mag == 0 && !exact) return SIGN;                   // -0.0 as +0.0
+      return (u & SIGN) ? (K)~u : (K)(u | SIGN);
+    }
+  }
+  // The key in the requested direction.
+  static SORT_DEV K of(K u, bool desc, bool exact) {
+    const K k = up(u, exact);
+    return desc ? (K)~k : k;
+  }
+  // The element bits of a key (exact keys: the element itself, but a NaN's sign; canonical
+  // ones: +0.0 for both zeros and a quiet NaN for every NaN).
+  static SORT_DEV K bits(K k, bool desc) {
+    if (desc) k = (K)~k;
+    if constexpr (kind == 0 || kind == 3) {
+      return k;
+    } else if constexpr (kind == 1) {
+      return (K)(k ^ SIGN);
+    } else {
+      return (k & SIGN) ? (K)(k & MAG) : (K)~k;
+    }
+  }
+  // Whether the element with bits u is nonzero (-0.0 is zero, NaN is not).
+  static SORT_DEV bool nonzero(K u) {
+    if constexpr (kind == 2) {
+      return (u & MAG) != 0;
+    } else {
+      return u != 0;
+    }
+  }
+};
+
+template <class T> SORT_DEV uint32 digit(T key, int shift) {
+  return (uint32)(key >> shift) & (RADIX - 1);
+}
+
+SORT_DEV uint32 lanemask_lt(int lane) { return (1u << lane) - 1u; }
+
+// Block-wide exclusive sum of one uint32 per thread (all THREADS threads call it); `sums` is
+// WARPS words of shared memory. Ends with a barrier: `sums` may be reused after it.
+SORT_DEV uint32 block_exclusive_sum(uint32 v, uint32* sums, uint32* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32 incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32 y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) sums[warp] = incl;
+  __syncthreads();
+  uint32 before = 0, all = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    const uint32 s = sums[w];
+    if (w < warp) before += s;
+    all += s;
+  }
+  if (total) *total = all;
+  __syncthreads();
+  return before + incl - v;
+}
+
+// --- radix sort passes -------------------------------------------------------------------------
+// A row ("segment") of n elements has tiles_per_seg tiles; block b sorts tile b % tiles_per_seg
+// of row b / tiles_per_seg. counts[(row * RADIX + d) * tiles_per_seg + t] is the number of keys of
+// tile t with digit d; its exclusive scan (in that order) is where each tile's keys of digit d
+// go in the flattened rows: every row's offsets start at row * n.
+
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    radix_upsweep(const void* keys, int32* counts, int64 n, int64 tiles_per_seg, int shift,
+                  bool first, bool desc, bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  __shared__ uint32 hist[RADIX];
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64 seg = (int64)blockIdx.x / tiles_per_seg;
+  const int64 t = (int64)blockIdx.x - seg * tiles_per_seg;
+  const int64 start = t * TILE;
+  const int len = (int)(n - start < TILE ? n - start : TILE);
+  const K* src = (const K*)keys + seg * n + start;
+  hist[tid] = 0;
+  __syncthreads();
+#pragma unroll 4
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = r * THREADS + tid;
+    uint32 d = RADIX;  // no key: a group of its own, not counted
+    if (j < len) {
+      K k = src[j];
+      if (first) k = KT::of(k, desc, exact);
+      d = digit(k, shift);
+    }
+    // One shared atomic per distinct digit of the warp: keys of few distinct digits (the high
+    // bytes of small integers) do not serialize on one counter.
+    const unsigned peers = __match_any_sync(FULL, d);
+    if (d < RADIX && lane == __ffs(peers) - 1) atomicAdd(&hist[d], (uint32)__popc(peers));
+  }
+  __syncthreads();
+  counts[(seg * RADIX + tid) * tiles_per_seg + t] = (int32)hist[tid];
+}
+
+// keys_in: T elements (first pass) or keys; idx_in: uint32 positions in the row (not read in
+// the first pass, which makes them). keys_out/idx_out: keys and uint32 positions, or in the last
+// pass the outputs: T values rebuilt from the keys and int64 indices (either may be null).
+// carry: positions travel with the keys (the indices are wanted).
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    radix_downsweep(const void* keys_in, const uint32* idx_in, void* keys_out, void* idx_out,
+                    const int32* offsets, int64 n, int64 tiles_per_seg, int shift, bool first,
+                    bool last, bool carry, bool desc, bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  __shared__ uint32 warp_count[WARPS][RADIX];  // per warp and digit: keys so far, then offsets
+  __shared__ uint32 local_base[RADIX];         // first slot of each digit in the tile
+  __shared__ int32 global_base[RADIX];         // destination of slot j: global_base[d] + j
+  __shared__ uint32 sums[WARPS];
+  __shared__ uint64 exchange[TILE];            // the tile in digit order: keys, then positions
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64 seg = (int64)blockIdx.x / tiles_per_seg;
+  const int64 t = (int64)blockIdx.x - seg * tiles_per_seg;
+  const int64 start = t * TILE;
+  const int len = (int)(n - start < TILE ? n - start : TILE);
+  const int64 base = seg * n + start;
+
+  for (int i = tid; i < WARPS * RADIX; i += THREADS) (&warp_count[0][0])[i] = 0;
+  __syncthreads();
+
+  // Warp w ranks elements [w * 32 * ITEMS, (w + 1) * 32 * ITEMS) of the tile, 32 at a time in
+  // lane order: the rank of a key among the warp's keys of its digit follows element order.
+  K key[ITEMS];
+  uint32 pos[ITEMS];
+  uint32 idx[ITEMS];
+  const K* ksrc = (const K*)keys_in + base;
+  const int wbase = warp * 32 * ITEMS;
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    const bool valid = j < len;
+    K k = valid ? ksrc[j] : (K)0;
+    if (first) k = KT::of(k, desc, exact);
+    key[r] = k;
+    idx[r] = 0;
+    if (carry && valid) idx[r] = first ? (uint32)(start + j) : idx_in[base + j];
+    const uint32 d = valid ? digit(k, shift) : (uint32)RADIX;
+    const unsigned peers = __match_any_sync(FULL, d);
+    const uint32 before = valid ? warp_count[warp][d] : 0u;
+    pos[r] = before + (uint32)__popc(peers & lanemask_lt(lane));
+    __syncwarp();
+    if (valid && lane == __ffs(peers) - 1) warp_count[warp][d] = before + (uint32)__popc(peers);
+    __syncwarp();
+  }
+  __syncthreads();
+
+  {  // thread d: the offsets of digit d per warp, the tile's total of d and its first slot
+    const int d = tid;
+    uint32 run = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const uint32 c = warp_count[w][d];
+      warp_count[w][d] = run;
+      run += c;
+    }
+    const uint32 first_slot = block_exclusive_sum(run, sums, nullptr);
+    local_base[d] = first_slot;
+    global_base[d] = offsets[(seg * RADIX + d) * tiles_per_seg + t] - (int32)first_slot;
+  }
+  __syncthreads();
+
+  K* xk = reinterpret_cast<K*>(exchange);
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    if (j < len) {
+      const uint32 d = digit(key[r], shift);
+      pos[r] += local_base[d] + warp_count[warp][d];
+      xk[pos[r]] = key[r];
+    }
+  }
+  __syncthreads();
+
+  int32 dest[ITEMS];  // (the host keeps radix sorts below 2**31 elements)
+#pragma unroll
+  for (int s = 0; s < ITEMS; ++s) {
+    const int j = s * THREADS + tid;
+    dest[s] = -1;
+    if (j < len) {
+      const K k = xk[j];
+      dest[s] = global_base[digit(k, shift)] + j;
+      if (!last) {
+        reinterpret_cast<K*>(keys_out)[dest[s]] = k;
+      } else if (keys_out) {
+        reinterpret_cast<K*>(keys_out)[dest[s]] = KT::bits(k, desc);
+      }
+    }
+  }
+  if (!carry) return;
+  __syncthreads();  // every key is read from the exchange: it takes the positions now
+  uint32* xi = reinterpret_cast<uint32*>(exchange);
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    if (j < len) xi[pos[r]] = idx[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < ITEMS; ++s) {
+    if (dest[s] < 0) continue;
+    const uint32 v = xi[s * THREADS + tid];
+    if (!last) {
+      reinterpret_cast<uint32*>(idx_out)[dest[s]] = v;
+    } else if (idx_out) {
+      reinterpret_cast<int64*>(idx_out)[dest[s]] = (int64)v;
+    }
+  }
+}
+
+// --- short rows: bitonic network in shared memory ----------------------------------------------
+// Block (P / 2, R): R rows of at most P elements, P / 2 threads each. Padding sorts last (the
+// largest key and an index no element has).
+
+template <class T, int P, int R>
+__global__ void __launch_bounds__(P / 2 * R)
+    sort_rows_small(const T* x, T* values, int64* indices, int64 rows, int64 n, bool desc,
+                    bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  __shared__ K sk[R * P];
+  __shared__ uint32 si[R * P];
+  const int tx = threadIdx.x;
+  const int64 row = (int64)blockIdx.x * R + threadIdx.y;
+  K* k = sk + threadIdx.y * P;
+  uint32* ix = si + threadIdx.y * P;
+  const K* src = reinterpret_cast<const K*>(x) + row * n;
+  for (int j = tx; j < P; j += P / 2) {
+    if (row < rows && j < n) {
+      k[j] = KT::of(src[j], desc, exact);
+      ix[j] = (uint32)j;
+    } else {
+      k[j] = KT::ONES;
+      ix[j] = 0xffffffffu;
+    }
+  }
+  __syncthreads();
+  for (int size = 2; size <= P; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      const int a = ((tx & ~(stride - 1)) << 1) | (tx & (stride - 1));
+      const int b = a + stride;
+      const K ka = k[a], kb = k[b];
+      const uint32 ia = ix[a], ib = ix[b];
+      const bool greater = ka > kb || (ka == kb && ia > ib);
+      if (greater == ((a & size) == 0)) {
+        k[a] = kb;
+        k[b] = ka;
+        ix[a] = ib;
+        ix[b] = ia;
+      }
+      __syncthreads();
+    }
+  }
+  if (row >= rows) return;
+  for (int j = tx; j < n; j += P / 2) {
+    if (values) reinterpret_cast<K*>(values)[row * n + j] = KT::bits(k[j], desc);
+    if (indices) indices[row * n + j] = (int64)ix[j];
+  }
+}
+
+// --- scans -------------------------------------------------------------------------------------
+
+// The type a scan of T runs in: float for the 16-bit floats, unsigned integers for the integers
+// (wrap-around arithmetic, no signed overflow), 32 bits at least.
+template <class T> struct scan_acc { typedef T type; };
+template <> struct scan_acc<float16> { typedef float type; };
+template <> struct scan_acc<bfloat16> { typedef float type; };
+template <> struct scan_acc<int8> { typedef uint32 type; };
+template <> struct scan_acc<uint8> { typedef uint32 type; };
+template <> struct scan_acc<int16> { typedef uint32 type; };
+template <> struct scan_acc<uint16> { typedef uint32 type; };
+template <> struct scan_acc<int32> { typedef uint32 type; };
+template <> struct scan_acc<uint32> { typedef uint32 type; };
+template <> struct scan_acc<int64> { typedef uint64 type; };
+template <> struct scan_acc<uint64> { typedef uint64 type; };
+
+template <class A, class T> SORT_DEV A load_acc(T v) { return (A)v; }
+template <> SORT_DEV float load_acc<float, float16>(float16 v) { return (float)v; }
+template <> SORT_DEV float load_acc<float, bfloat16>(bfloat16 v) { return (float)v; }
+template <class T, class A> SORT_DEV T store_acc(A v) { return (T)v; }
+template <> SORT_DEV float16 store_acc<float16, float>(float v) { return float16(v); }
+template <> SORT_DEV bfloat16 store_acc<bfloat16, float>(float v) { return bfloat16(v); }
+
+template <class A> SORT_DEV A neg_zero() { return (A)0; }
+template <> SORT_DEV float neg_zero<float>() { return -0.0f; }
+template <> SORT_DEV double neg_zero<double>() { return -0.0; }
+
+// identity: x op identity == x bit for bit (-0.0 for float sums, so that a leading -0.0 stays);
+// initial: the value include_initial puts first (+0, 1).
+struct SumOp {
+  template <class A> static SORT_DEV A apply(A a, A b) { return (A)(a + b); }
+  template <class A> static SORT_DEV A identity() { return neg_zero<A>(); }
+  template <class A> static SORT_DEV A initial() { return (A)0; }
+};
+struct ProdOp {
+  template <class A> static SORT_DEV A apply(A a, A b) { return (A)(a * b); }
+  template <class A> static SORT_DEV A identity() { return (A)1; }
+  template <class A> static SORT_DEV A initial() { return (A)1; }
+};
+
+// Tile of a row scan: 8-byte accumulators take half the items (the exchange fits shared memory).
+template <class A> struct ScanTile {
+  static constexpr int items = sizeof(A) > 4 ? ITEMS / 2 : ITEMS;
+  static constexpr int size = THREADS * items;
+};
+
+// Shared-memory slot of tile element j: one pad word per 32 keeps the blocked reads (thread i,
+// items i * IT .. i * IT + IT - 1) free of bank conflicts.
+SORT_DEV int padded(int j) { return j + (j >> 5); }
+
+// Tile status of the look-back: 0 nothing yet, 1 aggregate published, 2 inclusive prefix.
+enum : int32 { STATUS_AGGREGATE = 1, STATUS_PREFIX = 2 };
+
+// How the look-back reads the status of tile j of the row starting at tile row0. (A host build
+// of this file for tests may define it to hide some prefixes, so that look-backs walk further.)
+#ifndef IGNIS_SORT_STATUS
+#define IGNIS_SORT_STATUS(status, row0, j) ((status)[(row0) + (j)])
+#endif
+
+// Warp 0 of the block of tile `tile` (tile t of its row, t > 0 looks back): publishes the tile's
+// aggregate, finds the nearest predecessor with its inclusive prefix and folds the aggregates
+// after it in tile order; publishes the tile's own inclusive prefix and returns its exclusive
+// prefix (identity for t == 0). Every lane returns the same value.
+template <class A, class Op>
+SORT_DEV A look_back(int64 tile, int64 t, A aggregate, volatile int32* status, volatile A* aggs,
+                     volatile A* incls) {
+  const int lane = threadIdx.x & 31;
+  if (lane == 0) {
+    aggs[tile] = aggregate;
+    if (t == 0) incls[tile] = aggregate;
+    __threadfence();
+    status[tile] = t == 0 ? STATUS_PREFIX : STATUS_AGGREGATE;
+  }
+  if (t == 0) return Op::template identity<A>();
+  const int64 row0 = tile - t;  // the row's tile 0
+  int64 nearest = t - 1;        // the window: tiles nearest - 31 .. nearest of the row
+  int64 found;
+  for (;;) {
+    const int64 j = nearest - lane;
+    int32 s = 0;
+    if (j >= 0) {
+      s = IGNIS_SORT_STATUS(status, row0, j);
+      while (s == 0) {  // the tile has just started: its aggregate comes within a tile's load
+        __nanosleep(32);
+        s = IGNIS_SORT_STATUS(status, row0, j);
+      }
+    }
+    __threadfence();  // what the status announces is read after it
+    const unsigned prefixes = __ballot_sync(FULL, j >= 0 && s == STATUS_PREFIX);
+    if (prefixes) {
+      found = nearest - (__ffs(prefixes) - 1);
+      break;
+    }
+    nearest -= 32;  // tile 0 always has its prefix: the row's window never passes it
+  }
+  A excl = incls[row0 + found];
+  for (int64 j0 = found + 1; j0 < t; j0 += 32) {
+    const int64 j = j0 + lane;
+    const A a = j < t ? (A)aggs[row0 + j] : Op::template identity<A>();
+    const int count = (int)(t - j0 < 32 ? t - j0 : 32);
+    for (int i = 0; i < count; ++i) excl = Op::apply(excl, (A)__shfl_sync(FULL, a, i));
+  }
+  if (lane == 0) {
+    incls[tile] = Op::apply(excl, aggregate);
+    __threadfence();
+    status[tile] = STATUS_PREFIX;
+  }
+  return excl;
+}
+
+// Inclusive scan of each row of in (rows, n) into out (rows, n + INIT), INIT: out[row, 0] is the
+// op's initial value and the scan follows it. status: one int32 per tile and zeroed, like
+// *counter, before the launch; aggs, incls: one A per tile. One block per tile.
+template <class T, class Op, bool INIT>
+__global__ void __launch_bounds__(THREADS)
+    scan_rows(const T* in, T* out, int64 n, int64 tiles_per_row, int32* status,
+              unsigned long long* counter, typename scan_acc<T>::type* aggs,
+              typename scan_acc<T>::type* incls) {
+  typedef typename scan_acc<T>::type A;
+  constexpr int IT = ScanTile<A>::items;
+  constexpr int SIZE = ScanTile<A>::size;
+  __shared__ A items[SIZE + SIZE / 32];
+  __shared__ A warp_totals[WARPS];
+  __shared__ A prefix;
+  __shared__ int64 tile_id;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) tile_id = (int64)atomicAdd(counter, 1ull);
+  __syncthreads();
+  const int64 tile = tile_id;
+  const int64 row = tile / tiles_per_row;
+  const int64 t = tile - row * tiles_per_row;
+  const int64 start = t * SIZE;
+  const int len = (int)(n - start < SIZE ? n - start : SIZE);
+  const T* src = in + row * n + start;
+
+#pragma unroll
+  for (int k = 0; k < IT; ++k) {
+    const int j = k * THREADS + tid;
+    items[padded(j)] = j < len ? load_acc<A>(src[j]) : Op::template identity<A>();
+  }
+  __syncthreads();
+  A v[IT];
+#pragma unroll
+  for (int k = 0; k < IT; ++k) v[k] = items[padded(tid * IT + k)];
+#pragma unroll
+  for (int k = 1; k < IT; ++k) v[k] = Op::apply(v[k - 1], v[k]);
+  A incl = v[IT - 1];
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const A y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl = Op::apply(y, incl);
+  }
+  const A lane_before = __shfl_up_sync(FULL, incl, 1);
+  if (lane == 31) warp_totals[warp] = incl;
+  __syncthreads();
+  A before = Op::template identity<A>();
+  for (int w = 0; w < warp; ++w) before = Op::apply(before, warp_totals[w]);
+  if (lane > 0) before = Op::apply(before, lane_before);
+  if (warp == 0) {
+    A aggregate = warp_totals[0];
+    for (int w = 1; w < WARPS; ++w) aggregate = Op::apply(aggregate, warp_totals[w]);
+    const A excl = look_back<A, Op>(tile, t, aggregate, status, aggs, incls);
+    if (lane == 0) prefix = excl;
+  }
+  __syncthreads();
+  const A excl = prefix;
+#pragma unroll
+  for (int k = 0; k < IT; ++k) items[padded(tid * IT + k)] = Op::apply(excl, Op::apply(before, v[k]));
+  __syncthreads();
+  T* dst = out + row * (n + INIT) + start + INIT;
+#pragma unroll
+  for (int k = 0; k < IT; ++k) {
+    const int j = k * THREADS + tid;
+    if (j < len) dst[j] = store_acc<T>(items[padded(j)]);
+  }
+  if (INIT && t == 0 && tid == 0) out[row * (n + INIT)] = store_acc<T>(Op::template initial<A>());
+}
+
+// Sequential scans along n of x (outer, n, inner), one thread per (o, c); out (outer, n + INIT,
+// inner) as scan_rows.
+template <class T, class Op, bool INIT>
+__global__ void __launch_bounds__(THREADS)
+    scan_cols(const T* in, T* out, int64 outer, int64 n, int64 inner) {
+  typedef typename scan_acc<T>::type A;
+  const int64 cols = outer * inner;
+  for (int64 col = (int64)blockIdx.x * blockDim.x + threadIdx.x; col < cols;
+       col += (int64)gridDim.x * blockDim.x) {
+    const int64 o = col / inner, c = col - o * inner;
+    const T* p = in + o * n * inner + c;
+    T* q = out + o * (n + INIT) * inner + c;
+    if (INIT) {
+      q[0] = store_acc<T>(Op::template initial<A>());
+      q += inner;
+    }
+    A acc = Op::template identity<A>();
+    for (int64 j = 0; j < n; ++j) {
+      acc = Op::apply(acc, load_acc<A>(p[j * inner]));
+      q[j * inner] = store_acc<T>(acc);
+    }
+  }
+}
+
+// --- stream compaction -------------------------------------------------------------------------
+// MODE 0: element i of the sorted x starts a run of equal values (i == 0 or x[i] != x[i-1];
+// NaN != NaN, -0.0 == +0.0); MODE 1: x[i] is nonzero.
+
+template <class T> SORT_DEV float as_compared(T v) { return (float)v; }  // 16-bit floats
+SORT_DEV float as_compared(float v) { return v; }
+SORT_DEV double as_compared(double v) { return v; }
+SORT_DEV bool as_compared(bool v) { return v; }
+SORT_DEV int8 as_compared(int8 v) { return v; }
+SORT_DEV uint8 as_compared(uint8 v) { return v; }
+SORT_DEV int16 as_compared(int16 v) { return v; }
+SORT_DEV uint16 as_compared(uint16 v) { return v; }
+SORT_DEV int32 as_compared(int32 v) { return v; }
+SORT_DEV uint32 as_compared(uint32 v) { return v; }
+SORT_DEV int64 as_compared(int64 v) { return v; }
+SORT_DEV uint64 as_compared(uint64 v) { return v; }
+
+template <class T, int MODE> SORT_DEV int flag_at(const T* x, int64 i) {
+  if constexpr (MODE == 0) {
+    return (i == 0 || !(as_compared(x[i]) == as_compared(x[i - 1]))) ? 1 : 0;
+  } else {
+    typedef typename Key<T>::K K;
+    return Key<T>::nonzero(reinterpret_cast<const K*>(x)[i]) ? 1 : 0;
+  }
+}
+
+// counts[tile] = flagged elements of the tile (one block per tile).
+template <class T, int MODE>
+__global__ void __launch_bounds__(THREADS) count_flags(const T* x, int64 n, int64* counts) {
+  __shared__ uint32 sums[WARPS];
+  const int64 start = (int64)blockIdx.x * TILE;
+  uint32 c = 0;
+#pragma unroll 4
+  for (int k = 0; k < ITEMS; ++k) {
+    const int64 i = start + k * THREADS + threadIdx.x;
+    if (i < n) c += (uint32)flag_at<T, MODE>(x, i);
+  }
+  uint32 total;
+  block_exclusive_sum(c, sums, &total);
+  if (threadIdx.x == 0) counts[blockIdx.x] = (int64)total;
+}
+
+// Flagged element i goes to slot p (offsets[tile] + flagged elements before it in the tile):
+// values[p] = x[i] and positions[p] = i (each may be null). MODE 0 also writes, when positions
+// is given, positions[k] = n after the last run (k runs), and, when inverse is given, the run
+// of every element: inverse[perm[i]] = (its run).
+template <class T, int MODE>
+__global__ void __launch_bounds__(THREADS)
+    compact_flags(const T* x, const int64* perm, int64 n, const int64* offsets, T* values,
+                  int64* positions, int64* inverse) {
+  __shared__ uint32 sums[WARPS];
+  const int64 first = (int64)blockIdx.x * TILE + (int64)threadIdx.x * ITEMS;  // blocked items
+  int f[ITEMS];
+  uint32 c = 0;
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int64 i = first + k;
+    f[k] = i < n ? flag_at<T, MODE>(x, i) : 0;
+    c += (uint32)f[k];
+  }
+  int64 slot = offsets[blockIdx.x] + (int64)block_exclusive_sum(c, sums, nullptr);
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int64 i = first + k;
+    if (i >= n) break;
+    if (f[k]) {
+      if (values) values[slot] = x[i];
+      if (positions) positions[slot] = i;
+    }
+    slot += f[k];
+    if constexpr (MODE == 0) {
+      if (inverse) inverse[perm[i]] = slot - 1;
+      if (positions && i == n - 1) positions[slot] = n;
+    }
+  }
+}
+
+// --- searching ---------------------------------------------------------------------------------
+
+// out[i] = the first index of sorted (m elements, ascending in canonical key order) whose key is
+// >= (right: >) the key of values[i].
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    searchsorted(const T* sorted, int64 m, const T* values, int64 n, int64* out, bool right) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  const K* s = reinterpret_cast<const K*>(sorted);
+  const K* v = reinterpret_cast<const K*>(values);
+  for (int64 i = (int64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64)gridDim.x * blockDim.x) {
+    const K key = KT::up(v[i], false);
+    int64 lo = 0, hi = m;
+    while (lo < hi) {
+      const int64 mid = (lo + hi) >> 1;
+      const K k = KT::up(s[mid], false);
+      if (right ? k <= key : k < key) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    out[i] = lo;
+  }
+}
+
+// out[i] = (flat[i] / stride) % size: the coordinate along one dimension of size `size` whose
+// elements are `stride` elements apart.
+template <class I>
+__global__ void __launch_bounds__(THREADS)
+    unravel(const I* flat, I* out, int64 k, int64 stride, int64 size) {
+  for (int64 i = (int64)blockIdx.x * blockDim.x + threadIdx.x; i < k;
+       i += (int64)gridDim.x * blockDim.x)
+    out[i] = (I)(((int64)flat[i] / stride) % size);
+}
+
+}  // namespace sort
+}  // namespace ignis

@@ -1,0 +1,386 @@
+"""The sorting families of the CUDA backend: sort, cumulative, searchsorted, nonzero and unique
+(kernels in ``cuda_src/sort.cu``).
+
+* ``sort``: rows of at most :data:`SMALL_MAX` elements are sorted in shared memory, one block
+  per row (several per block for short rows), by a bitonic network on (key, index); longer
+  rows by a stable LSD radix sort on 8-bit digits of order-preserving keys, three launches a
+  digit (tile histograms, their scan, a stable scatter). Tiles never cross a row, so many
+  rows sort together in the same passes. The first pass reads the input itself and the last
+  writes the outputs: no conversion passes.
+* ``cumulative``: long rows by a one-pass scan with decoupled look-back (tile prefixes are
+  folded in tile order, so float results do not depend on timing); many short rows, and
+  columns of a non-last axis when there are enough of them, one thread per row or column;
+  otherwise the axis is made last by a copy first.
+* ``nonzero`` and ``unique`` compact in two passes around a scan of tile counts and read the
+  count once (the one host synchronization of an op whose result size depends on the data).
+* ``searchsorted``: one binary search per value.
+
+Nothing else here waits for the device.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ... import _dtypes as dt
+from ..._errors import DTypeError
+from .. import _creation
+from ._kernels import CTYPE, library_kernel
+
+if TYPE_CHECKING:
+    from ..array import NvArray
+
+__all__ = ["sort", "cumulative", "searchsorted", "nonzero", "unique", "kernel_names"]
+
+SOURCE = "sort.cu"
+THREADS = 256  # sort.cu's THREADS
+TILE = 4096  # sort.cu's TILE: elements of a radix or compaction tile
+RADIX = 256  # 8-bit digits
+SMALL_MAX = 2048  # longest row sorted in shared memory
+# Padded row length of the shared-memory sort -> rows per block (a block of >= 256 threads).
+SMALL_ROWS = {32: 16, 128: 4, 512: 1, 2048: 1}
+MAX_RADIX_ELEMENTS = 2**31 - 1  # the radix passes count in int32
+_OPS = {"sum": "SumOp", "prod": "ProdOp"}
+_MODE_UNIQUE, _MODE_NONZERO = 0, 1
+
+# The dtypes with kernels: those of the library's C type table (a dtype added there comes here).
+DTYPES: tuple[dt.DType, ...] = tuple(d for d in CTYPE if isinstance(d, dt.DType))
+SCAN_DTYPES = tuple(d for d in DTYPES if d is not dt.bool_)
+
+
+def _ctype(dtype: dt.DType, op: str) -> str:
+    c = CTYPE.get(dtype)
+    if c is None:
+        names = ", ".join(d.name for d in DTYPES)
+        raise DTypeError(
+            f"{op}: {dtype.name} arrays have no CUDA kernels; the CUDA backend sorts {names}"
+        )
+    return c  # type: ignore[no-any-return]
+
+
+def _flag(v: bool) -> str:
+    return "true" if v else "false"
+
+
+# --- kernel names (pure: the CPU tests compile every one of them) -------------------------------
+
+
+def upsweep_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_upsweep<{_ctype(dtype, 'sort')}>"
+
+
+def downsweep_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_downsweep<{_ctype(dtype, 'sort')}>"
+
+
+def small_sort_name(dtype: dt.DType, padded: int) -> str:
+    return f"ignis::sort::sort_rows_small<{_ctype(dtype, 'sort')}, {padded}, {SMALL_ROWS[padded]}>"
+
+
+def scan_rows_name(dtype: dt.DType, op: str, include_initial: bool) -> str:
+    c = _ctype(dtype, f"cumulative_{op}")
+    return f"ignis::sort::scan_rows<{c}, ignis::sort::{_OPS[op]}, {_flag(include_initial)}>"
+
+
+def scan_cols_name(dtype: dt.DType, op: str, include_initial: bool) -> str:
+    c = _ctype(dtype, f"cumulative_{op}")
+    return f"ignis::sort::scan_cols<{c}, ignis::sort::{_OPS[op]}, {_flag(include_initial)}>"
+
+
+def count_name(dtype: dt.DType, mode: int) -> str:
+    return f"ignis::sort::count_flags<{_ctype(dtype, 'unique')}, {mode}>"
+
+
+def compact_name(dtype: dt.DType, mode: int) -> str:
+    return f"ignis::sort::compact_flags<{_ctype(dtype, 'unique')}, {mode}>"
+
+
+def searchsorted_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::searchsorted<{_ctype(dtype, 'searchsorted')}>"
+
+
+UNRAVEL_NAME = "ignis::sort::unravel<ignis::int64>"
+
+
+def kernel_names() -> list[str]:
+    """Every name expression this module can launch."""
+    names = []
+    for d in DTYPES:
+        names += [upsweep_name(d), downsweep_name(d), searchsorted_name(d)]
+        names += [small_sort_name(d, p) for p in SMALL_ROWS]
+        names += [count_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
+        names += [compact_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
+    for d in SCAN_DTYPES:
+        for op in _OPS:
+            for init in (False, True):
+                names += [scan_rows_name(d, op, init), scan_cols_name(d, op, init)]
+    return names + [UNRAVEL_NAME]
+
+
+# --- launching ---------------------------------------------------------------------------------
+
+
+def _launch(backend: Any, name: str, grid: Any, block: Any, args: list[Any]) -> None:
+    library_kernel(SOURCE, name, backend.gpu).launch(grid, block, args, stream=backend.stream)
+
+
+def _grid_stride(backend: Any, items: int) -> int:
+    """Blocks of a grid-stride kernel over ``items``: enough to fill the device, no more."""
+    cap = 8 * max(1, int(backend.gpu.multiprocessor_count))
+    return max(1, min(-(-items // THREADS), cap))
+
+
+def _scratch(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
+    return _creation._new(shape, dtype, backend.device)
+
+
+def _scan_tile(dtype: dt.DType) -> int:
+    """Elements of a scan_rows tile (ScanTile in sort.cu: half for 8-byte accumulators)."""
+    return TILE // 2 if dtype.itemsize == 8 else TILE
+
+
+def _scan_rows(
+    backend: Any, dtype: dt.DType, op: str, init: bool, src: int, dst: int, rows: int, n: int
+) -> list[NvArray]:
+    """Queue scan_rows over ``rows`` rows of ``n`` (the arrays at device addresses ``src`` and
+    ``dst``); returns its workspaces (alive until the caller is done queueing)."""
+    per_row = -(-n // _scan_tile(dtype))
+    tiles = rows * per_row
+    status = _scratch(backend, (tiles + 2,), dt.int32)  # [tile counter (8 bytes), statuses]
+    backend.fill(status, 0)
+    acc = 8 if dtype.itemsize == 8 else 4
+    aggs = _scratch(backend, (tiles * acc,), dt.uint8)
+    incls = _scratch(backend, (tiles * acc,), dt.uint8)
+    sp = backend.data_ptr(status)
+    _launch(
+        backend,
+        scan_rows_name(dtype, op, init),
+        tiles,
+        THREADS,
+        [src, dst, n, per_row, sp + 8, sp, backend.data_ptr(aggs), backend.data_ptr(incls)],
+    )
+    return [status, aggs, incls]
+
+
+def _count(backend: Any, x: NvArray, mode: int) -> tuple[int, NvArray]:
+    """(flagged elements of flat contiguous ``x``, the exclusive tile offsets): reads the count
+    back, the one synchronization of nonzero and unique."""
+    n = x.numel
+    tiles = -(-n // TILE)
+    counts = _scratch(backend, (tiles,), dt.int64)
+    offsets = _scratch(backend, (tiles + 1,), dt.int64)
+    _launch(
+        backend,
+        count_name(x.dtype, mode),
+        tiles,
+        THREADS,
+        [backend.data_ptr(x), n, backend.data_ptr(counts)],
+    )
+    _scan_rows(
+        backend,
+        dt.int64,
+        "sum",
+        True,
+        backend.data_ptr(counts),
+        backend.data_ptr(offsets),
+        1,
+        tiles,
+    )
+    return int(offsets[tiles:].item()), offsets
+
+
+# --- hooks -------------------------------------------------------------------------------------
+
+
+def sort(
+    backend: Any, values: NvArray | None, indices: NvArray | None, x: NvArray, descending: bool
+) -> None:
+    rows, n = x.shape
+    dtype = x.dtype
+    exact = indices is None  # values alone: rebuilt bit for bit from exact keys
+    xp = backend.data_ptr(x)
+    vp = 0 if values is None else backend.data_ptr(values)
+    ip = 0 if indices is None else backend.data_ptr(indices)
+    desc = bool(descending)
+    if n <= SMALL_MAX:
+        padded = next(p for p in SMALL_ROWS if p >= n)
+        per_block = SMALL_ROWS[padded]
+        _launch(
+            backend,
+            small_sort_name(dtype, padded),
+            -(-rows // per_block),
+            (padded // 2, per_block),
+            [xp, vp, ip, rows, n, desc, exact],
+        )
+        return
+    total = rows * n
+    if total > MAX_RADIX_ELEMENTS:
+        raise ValueError(
+            f"sort: the CUDA radix sort takes at most {MAX_RADIX_ELEMENTS} elements, got {total}"
+        )
+    passes = dtype.itemsize  # one per 8-bit digit of the key
+    per_seg = -(-n // TILE)
+    tiles = rows * per_seg
+    length = rows * RADIX * per_seg
+    counts = _scratch(backend, (length,), dt.int32)
+    offsets = _scratch(backend, (length + 1,), dt.int32)
+    cp, op = backend.data_ptr(counts), backend.data_ptr(offsets)
+    carry = ip != 0
+    nbytes = total * dtype.itemsize
+    keys = [_scratch(backend, (nbytes,), dt.uint8) for _ in range(min(2, passes - 1))]
+    positions = [_scratch(backend, (total,), dt.int32) for _ in keys] if carry else []
+    keys_in, idx_in = xp, 0
+    up, down = upsweep_name(dtype), downsweep_name(dtype)
+    for p in range(passes):
+        first, last = p == 0, p == passes - 1
+        shift = 8 * p
+        _launch(backend, up, tiles, THREADS, [keys_in, cp, n, per_seg, shift, first, desc, exact])
+        _scan_rows(backend, dt.int32, "sum", True, cp, op, 1, length)
+        if last:
+            keys_out, idx_out = vp, ip
+        else:
+            keys_out = backend.data_ptr(keys[p % 2])
+            idx_out = backend.data_ptr(positions[p % 2]) if carry else 0
+        _launch(
+            backend,
+            down,
+            tiles,
+            THREADS,
+            [
+                keys_in,
+                idx_in,
+                keys_out,
+                idx_out,
+                op,
+                n,
+                per_seg,
+                shift,
+                first,
+                last,
+                carry,
+                desc,
+                exact,
+            ],
+        )
+        keys_in, idx_in = keys_out, idx_out
+
+
+def cumulative(backend: Any, out: NvArray, x: NvArray, op: str, include_initial: bool) -> None:
+    outer, n, inner = x.shape
+    dtype = x.dtype
+    init = bool(include_initial)
+    xp, outp = backend.data_ptr(x), backend.data_ptr(out)
+    columns = outer * inner
+    if inner == 1 and not (n <= 512 and outer >= 2048):
+        _scan_rows(backend, dtype, op, init, xp, outp, outer, n)
+    elif inner == 1 or columns >= 8192:
+        _launch(
+            backend,
+            scan_cols_name(dtype, op, init),
+            _grid_stride(backend, columns),
+            THREADS,
+            [xp, outp, outer, n, inner],
+        )
+    else:  # few long columns: scan them as rows of a transposed copy
+        rows_x = x.permute(0, 2, 1).contiguous()
+        rows_out = _scratch(backend, (outer, inner, n + init), dtype)
+        _scan_rows(
+            backend,
+            dtype,
+            op,
+            init,
+            backend.data_ptr(rows_x),
+            backend.data_ptr(rows_out),
+            columns,
+            n,
+        )
+        backend.copy(out, rows_out.permute(0, 2, 1))
+
+
+def searchsorted(
+    backend: Any, out: NvArray, sorted_: NvArray, values: NvArray, right: bool
+) -> None:
+    n = values.numel
+    _launch(
+        backend,
+        searchsorted_name(values.dtype),
+        _grid_stride(backend, n),
+        THREADS,
+        [
+            backend.data_ptr(sorted_),
+            sorted_.shape[0],
+            backend.data_ptr(values),
+            n,
+            backend.data_ptr(out),
+            bool(right),
+        ],
+    )
+
+
+def nonzero(backend: Any, x: NvArray) -> NvArray:
+    shape = x.shape
+    ndim, n = len(shape), x.numel
+    k, offsets = _count(backend, x, _MODE_NONZERO)
+    out = _scratch(backend, (ndim, k), dt.int64)
+    if k == 0:
+        return out
+    flat = out if ndim == 1 else _scratch(backend, (k,), dt.int64)
+    fp = backend.data_ptr(flat)
+    _launch(
+        backend,
+        compact_name(x.dtype, _MODE_NONZERO),
+        -(-n // TILE),
+        THREADS,
+        [backend.data_ptr(x), 0, n, backend.data_ptr(offsets), 0, fp, 0],
+    )
+    if ndim > 1:
+        base, stride = backend.data_ptr(out), n
+        for d, size in enumerate(shape):
+            stride //= size
+            _launch(
+                backend,
+                UNRAVEL_NAME,
+                _grid_stride(backend, k),
+                THREADS,
+                [fp, base + 8 * d * k, k, stride, size],
+            )
+    return out
+
+
+def unique(
+    backend: Any, x: NvArray, want_indices: bool, want_inverse: bool, want_counts: bool
+) -> tuple[Any, Any, Any, Any]:
+    n = x.numel
+    dtype = x.dtype
+    need_perm = want_indices or want_inverse
+    ordered = _scratch(backend, (1, n), dtype)
+    perm = _scratch(backend, (1, n), dt.int64) if need_perm else None
+    sort(backend, ordered, perm, x.reshape(1, n), False)
+    k, offsets = _count(backend, ordered, _MODE_UNIQUE)
+    values = _scratch(backend, (k,), dtype)
+    starts = _scratch(backend, (k + 1,), dt.int64) if want_counts or want_indices else None
+    inverse = _scratch(backend, (n,), dt.int64) if want_inverse else None
+    _launch(
+        backend,
+        compact_name(dtype, _MODE_UNIQUE),
+        -(-n // TILE),
+        THREADS,
+        [
+            backend.data_ptr(ordered),
+            0 if perm is None else backend.data_ptr(perm),
+            n,
+            backend.data_ptr(offsets),
+            backend.data_ptr(values),
+            0 if starts is None else backend.data_ptr(starts),
+            0 if inverse is None else backend.data_ptr(inverse),
+        ],
+    )
+    counts = indices = None
+    if starts is not None:
+        if want_counts:
+            counts = starts[1:] - starts[:k]
+        if want_indices:
+            from .._indexing import take
+
+            indices = take(perm.reshape(n), starts[:k])  # type: ignore[union-attr]
+    return values, indices, inverse, counts

@@ -1,0 +1,526 @@
+"""sort / argsort / searchsorted / nonzero / count_nonzero / unique_* / cumulative_sum / _prod
+against NumPy on random data with ties, NaNs, infinities and signed zeros, every dtype.
+
+Three ways the CUDA path is checked: on a GPU through the shared ``device`` fixture; without
+one, the host planning of ``_cuda_backend/sorting.py`` on the stand-in GPU of
+tests/ignis/runtime (launch names and arguments, and no host synchronization: the stand-in has
+no driver to wait on); and in the exhaustive tier the kernels of sort.cu themselves, compiled
+for the host (``sort_emulator.py``), under the whole front end.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sort_emulator
+from array_helpers import ALL, FLOATS, np_dtype
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+import fake_gpu  # noqa: E402  (the stand-in GPU of tests/ignis/runtime)
+from ignis._array._cuda_backend import sorting as cuda_sorting
+
+import ignis
+from ignis import CompileOptions, _sources
+
+# --- data and references -----------------------------------------------------------------------
+
+# Every real dtype: those of array_helpers and the integers the CUDA type table added since.
+DTYPES = ALL + [d for d in ("int16", "uint16", "uint32", "uint64") if d not in ALL]
+INTS = [d for d in DTYPES if d != "bool" and d not in FLOATS]
+# cumulative_sum's default result dtype (the standard's rule with int64 the default integer)
+SCAN_RESULT = {
+    "int8": "int64",
+    "int16": "int64",
+    "int32": "int64",
+    "uint8": "uint64",
+    "uint16": "uint64",
+    "uint32": "uint64",
+}
+
+
+def special_array(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
+    """Random data of ``dtype`` with many ties; floats also get NaN, +-inf and +-0.0."""
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        out = rng.integers(-6 if info.min < 0 else 0, 7, size=shape).astype(dtype)
+        flat = out.reshape(-1)
+        if flat.size > 4:  # the extremes order correctly too
+            flat[1], flat[-2] = info.min, info.max
+        return out
+    x = rng.integers(-5, 6, size=shape).astype(np.float64) * 0.5
+    pick = rng.random(shape)
+    x[pick < 0.06] = np.nan
+    x[(pick >= 0.06) & (pick < 0.09)] = np.inf
+    x[(pick >= 0.09) & (pick < 0.12)] = -np.inf
+    x[(pick >= 0.12) & (pick < 0.2)] = -0.0
+    return x.astype(np_dtype(dtype))
+
+
+def np_order(a: np.ndarray) -> np.ndarray:
+    """``a`` as NumPy orders it natively (bfloat16 as float32, exactly)."""
+    return a.astype(np.float32) if a.dtype == np_dtype("bfloat16") else a
+
+
+def np_argsort(a: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """Stable argsort; descending keeps equal elements in index order (the standard's rule)."""
+    a = np_order(a)
+    if not descending:
+        return np.argsort(a, axis=axis, kind="stable")
+    n = a.shape[axis]
+    flipped = np.argsort(np.flip(a, axis=axis), axis=axis, kind="stable")
+    return (n - 1) - np.flip(flipped, axis=axis)
+
+
+def as64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a).astype(np.float64)
+
+
+def nv(a: np.ndarray, device: str, dtype: str | None = None) -> ignis.NvArray:
+    return ignis.NvArray.from_host(a, dtype=dtype, device=device)
+
+
+# --- checks (shared by the device tests and the emulator tests) --------------------------------
+
+SORT_CASES = [((7,), -1), ((3, 40), 1), ((4, 33, 5), 1), ((600,), 0), ((2, 2500), -1)]
+
+
+def check_sort(device: str, rng: np.random.Generator, dtype: str, shape: tuple, axis: int) -> None:
+    a = special_array(rng, shape, dtype)
+    x = nv(a, device)
+    for desc in (False, True):
+        idx = ignis.argsort(x, axis=axis, descending=desc)
+        assert idx.dtype == ignis.int64 and idx.shape == a.shape
+        want = np_argsort(a, axis, desc)
+        np.testing.assert_array_equal(idx.to_host(), want, err_msg=f"{dtype} desc={desc}")
+        got = ignis.sort(x, axis=axis, descending=desc, stable=False)
+        assert got.dtype == x.dtype and got.shape == a.shape
+        expected = np.take_along_axis(a, want, axis=axis)
+        assert np.array_equal(as64(got.to_host()), as64(expected), equal_nan=True), (dtype, desc)
+
+
+def check_cumulative(
+    device: str, rng: np.random.Generator, dtype: str, shape: tuple, axis: int, init: bool
+) -> None:
+    a = special_array(rng, shape, dtype) if dtype in INTS else None
+    if a is None:  # floats: finite and moderate, so that tolerances are meaningful
+        a = rng.uniform(-2, 2, size=shape).astype(np_dtype(dtype))
+    x = nv(a, device)
+    for fn, np_fn in ((ignis.cumulative_sum, np.cumsum), (ignis.cumulative_prod, np.cumprod)):
+        if fn is ignis.cumulative_prod and dtype in FLOATS:
+            a2 = (1 + rng.uniform(-0.01, 0.01, size=shape)).astype(np_dtype(dtype))
+            x2, src = nv(a2, device), a2
+        else:
+            x2, src = x, a
+        got = fn(x2, axis=axis, include_initial=init)
+        out_dtype = SCAN_RESULT.get(dtype, dtype)
+        assert got.dtype == ignis.asarray(np.zeros(1, np_dtype(out_dtype))).dtype
+        with np.errstate(all="ignore"):
+            if dtype in FLOATS:
+                ref = np_fn(src.astype(np.float64), axis=axis)
+            else:
+                ref = np_fn(src.astype(np_dtype(out_dtype)), axis=axis, dtype=np_dtype(out_dtype))
+        if init:
+            first = np.ones_like if fn is ignis.cumulative_prod else np.zeros_like
+            ref = np.concatenate([first(np.take(ref, [0], axis=axis)), ref], axis=axis)
+        h = got.to_host()
+        assert h.shape == ref.shape
+        if dtype in FLOATS:
+            n = shape[axis]
+            tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-6, "float64": 1e-13}[dtype]
+            np.testing.assert_allclose(as64(h), ref, rtol=tol * 4, atol=tol * n * 4)
+        else:
+            np.testing.assert_array_equal(h, ref)
+
+
+def check_unique(device: str, rng: np.random.Generator, dtype: str, n: int) -> None:
+    a = special_array(rng, (n,), dtype).reshape(-1)
+    shape = (n // 4, 4) if n % 4 == 0 else (n,)
+    a = a.reshape(shape)
+    x = nv(a, device)
+    values, indices, inverse, counts = ignis.unique_all(x)
+    wv, wi, winv, wc = np.unique(
+        np_order(a), return_index=True, return_inverse=True, return_counts=True, equal_nan=False
+    )
+    assert values.dtype == x.dtype and inverse.shape == a.shape
+    assert np.array_equal(as64(values.to_host()), as64(wv), equal_nan=True)
+    np.testing.assert_array_equal(indices.to_host(), wi)
+    np.testing.assert_array_equal(inverse.to_host().reshape(-1), winv.reshape(-1))
+    np.testing.assert_array_equal(counts.to_host(), wc)
+    v2, c2 = ignis.unique_counts(x)
+    np.testing.assert_array_equal(c2.to_host(), wc)
+    v3, i3 = ignis.unique_inverse(x)
+    np.testing.assert_array_equal(i3.to_host().reshape(-1), winv.reshape(-1))
+    v4 = ignis.unique_values(x)
+    for v in (v2, v3, v4):
+        assert np.array_equal(as64(v.to_host()), as64(wv), equal_nan=True)
+
+
+def check_nonzero(device: str, rng: np.random.Generator, dtype: str, shape: tuple) -> None:
+    a = special_array(rng, shape, dtype)
+    got = ignis.nonzero(nv(a, device))
+    want = np.nonzero(np_order(a))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == ignis.int64
+        np.testing.assert_array_equal(g.to_host(), w)
+
+
+def check_searchsorted(device: str, rng: np.random.Generator, dtype: str, m: int) -> None:
+    s = np.sort(np_order(special_array(rng, (m,), dtype))).astype(np_dtype(dtype))
+    v = special_array(rng, (3, 50), dtype)
+    for side in ("left", "right"):
+        got = ignis.searchsorted(nv(s, device), nv(v, device), side=side)
+        assert got.dtype == ignis.int64 and got.shape == v.shape
+        np.testing.assert_array_equal(
+            got.to_host(), np.searchsorted(np_order(s), np_order(v), side=side)
+        )
+
+
+# --- every backend -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axis", SORT_CASES)
+def test_sort_and_argsort_match_numpy(device, rng, dtype, shape, axis):
+    check_sort(device, rng, dtype, shape, axis)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float16", "uint8", "bool"])
+def test_long_rows_take_the_radix_path(device, rng, dtype):
+    check_sort(device, rng, dtype, (70001,), 0)
+    check_sort(device, rng, dtype, (3, 9000), 1)
+
+
+def test_argsort_is_stable_for_equal_floats_of_different_bits(device):
+    a = np.array([0.0, -0.0, np.nan, -np.nan, 1.0, -0.0, np.nan, 0.0], np.float32)
+    for desc in (False, True):
+        got = ignis.argsort(nv(a, device), descending=desc).to_host()
+        np.testing.assert_array_equal(got, np_argsort(a, 0, desc))
+    s = ignis.sort(nv(a, device)).to_host()
+    assert np.array_equal(s, np.sort(a), equal_nan=True) and (s[:4] == 0).all()
+
+
+def test_sort_keeps_the_elements(device):
+    # sort's values are the input's elements: zeros keep their signs, NaNs stay NaN
+    a = np.array([3.0, -0.0, 2.0, -0.0, np.nan, -1.0], np.float64)
+    got = ignis.sort(nv(a, device)).to_host()
+    assert np.signbit(got[1]) and np.signbit(got[2]) and np.isnan(got[-1])
+    d = ignis.sort(nv(a, device), descending=True).to_host()
+    assert np.isnan(d[0]) and list(d[1:3]) == [3.0, 2.0] and np.signbit(d[3:5]).all()
+
+
+def test_sort_empty_and_errors(device):
+    e = nv(np.zeros((3, 0), np.float32), device)
+    assert ignis.sort(e).shape == (3, 0) and ignis.argsort(e, axis=0).dtype == ignis.int64
+    x = nv(np.arange(6.0).reshape(2, 3), device)
+    with pytest.raises(ValueError, match="sort: expected an array of at least 1 dimension"):
+        ignis.sort(nv(np.array(1.0), device))
+    with pytest.raises(ValueError, match="argsort: axis 2 is out of range"):
+        ignis.argsort(x, axis=2)
+    with pytest.raises(TypeError, match="sort: descending must be True or False, got 1"):
+        ignis.sort(x, descending=1)
+    with pytest.raises(TypeError, match="argsort: stable must be True or False"):
+        ignis.argsort(x, stable=None)
+    with pytest.raises(TypeError, match="sort: expected x to be an NvArray, got list"):
+        ignis.sort([3, 1])
+    with pytest.raises(TypeError):
+        ignis.sort(x, -1)  # axis is keyword-only
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_searchsorted_matches_numpy(device, rng, dtype):
+    check_searchsorted(device, rng, dtype, 37)
+
+
+def test_searchsorted_sorter_promotion_and_edges(device, rng):
+    base = rng.integers(0, 20, size=30).astype(np.int32)
+    order = np.argsort(base, kind="stable")
+    v = np.array([-1.5, 0.0, 3.0, 7.5, 19.0, 40.0])
+    for side in ("left", "right"):
+        got = ignis.searchsorted(
+            nv(base, device), nv(v, device), side=side, sorter=nv(order.astype(np.int64), device)
+        )
+        np.testing.assert_array_equal(got.to_host(), np.searchsorted(base, v, side, order))
+    empty = ignis.searchsorted(nv(np.zeros(0, np.float32), device), nv(v, device))
+    np.testing.assert_array_equal(empty.to_host(), np.zeros(6, np.int64))
+    scalar = ignis.searchsorted(nv(np.array([1.0, 2.0]), device), nv(np.array(1.5), device))
+    assert scalar.shape == () and int(scalar.item()) == 1
+    x1 = nv(np.array([1.0, 2.0]), device)
+    with pytest.raises(ValueError, match="searchsorted: x1 must be 1-D, got shape"):
+        ignis.searchsorted(nv(np.eye(2), device), x1)
+    with pytest.raises(ValueError, match="searchsorted: side must be 'left' or 'right'"):
+        ignis.searchsorted(x1, x1, side="middle")
+    with pytest.raises(TypeError, match="searchsorted: sorter must have an integer dtype"):
+        ignis.searchsorted(x1, x1, sorter=x1)
+    with pytest.raises(ValueError, match=r"searchsorted: sorter has shape \(1,\)"):
+        ignis.searchsorted(x1, x1, sorter=nv(np.array([0]), device))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1,), (50,), (6, 7), (3, 4, 5), (5000,)])
+def test_nonzero_matches_numpy(device, rng, dtype, shape):
+    check_nonzero(device, rng, dtype, shape)
+
+
+def test_nonzero_edges_and_count_nonzero(device):
+    a = np.array([[0.0, -0.0, np.nan], [1.0, 0.0, -2.0]], np.float32)
+    rows, cols = ignis.nonzero(nv(a, device))
+    assert rows.tolist() == [0, 1, 1] and cols.tolist() == [2, 0, 2]
+    zeros = ignis.nonzero(nv(np.zeros((2, 3)), device))
+    assert [z.shape for z in zeros] == [(0,), (0,)]
+    assert [z.shape for z in ignis.nonzero(nv(np.zeros((0, 3)), device))] == [(0,), (0,)]
+    with pytest.raises(ValueError, match="nonzero: expected an array of at least 1 dimension"):
+        ignis.nonzero(nv(np.array(1), device))
+    x = nv(a, device)
+    assert int(ignis.count_nonzero(x).item()) == 3
+    c = ignis.count_nonzero(x, axis=1, keepdims=True)
+    assert c.dtype == ignis.int64 and c.to_host().tolist() == [[1], [2]]
+    b = nv(np.array([[True, False], [True, True]]), device)
+    assert ignis.count_nonzero(b, axis=(0, 1)).tolist() == 3
+    assert ignis.count_nonzero(nv(np.array(0.5), device)).tolist() == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 13, 400, 5000])
+def test_unique_matches_numpy(device, rng, dtype, n):
+    check_unique(device, rng, dtype, n)
+
+
+def test_unique_nans_are_distinct_and_zeros_are_one(device):
+    a = np.array([np.nan, 0.0, -0.0, np.nan, 2.0, 0.0], np.float64)
+    r = ignis.unique_all(nv(a, device))
+    v = r.values.to_host()
+    assert v.shape == (4,) and v[0] == 0 and v[1] == 2 and np.isnan(v[2:]).all()
+    assert r.counts.tolist() == [3, 1, 1, 1] and r.indices.tolist() == [1, 4, 0, 3]
+    assert r.inverse_indices.tolist() == [2, 0, 0, 3, 1, 0]
+    assert r._fields == ("values", "indices", "inverse_indices", "counts")
+    assert ignis.unique_counts(nv(a, device))._fields == ("values", "counts")
+    assert ignis.unique_inverse(nv(a, device))._fields == ("values", "inverse_indices")
+    empty = ignis.unique_all(nv(np.zeros((2, 0), np.int32), device))
+    assert empty.values.shape == (0,) and empty.inverse_indices.shape == (2, 0)
+    assert ignis.unique_values(nv(np.array(7), device)).tolist() == [7]
+    with pytest.raises(TypeError, match="unique_values: expected x to be an NvArray"):
+        ignis.unique_values(np.array([1]))
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+@pytest.mark.parametrize("shape,axis", [((9,), 0), ((5, 7), 1), ((6, 4, 3), 1), ((4, 5000), 1)])
+@pytest.mark.parametrize("init", [False, True])
+def test_cumulative_match_numpy(device, rng, dtype, shape, axis, init):
+    check_cumulative(device, rng, dtype, shape, axis, init)
+
+
+@pytest.mark.parametrize("shape,axis", [((20000,), 0), ((3000, 5), 0), ((9, 3000), 0)])
+def test_cumulative_long_axes(device, rng, shape, axis):
+    check_cumulative(device, rng, "float32", shape, axis, False)
+    check_cumulative(device, rng, "int32", shape, axis, True)
+
+
+def test_cumulative_dtypes_and_errors(device):
+    b = nv(np.array([True, True, False, True]), device)
+    s = ignis.cumulative_sum(b)
+    assert s.dtype == ignis.int64 and s.tolist() == [1, 2, 2, 3]
+    i8 = nv(np.array([100, 100, 100], np.int8), device)
+    assert ignis.cumulative_sum(i8).tolist() == [100, 200, 300]  # int64: no wrap
+    assert ignis.cumulative_sum(i8, dtype="int8").tolist() == [100, -56, 44]  # wraps
+    assert ignis.cumulative_sum(i8, dtype="float32").dtype == ignis.float32
+    assert ignis.cumulative_prod(nv(np.array([2.0, -0.0, 3.0]), device)).tolist() == [2, -0, -0]
+    first = ignis.cumulative_sum(nv(np.array([-0.0, 1.0]), device)).to_host()
+    assert np.signbit(first[0])  # successive additions: -0.0 stays -0.0
+    e = ignis.cumulative_sum(nv(np.zeros((2, 0)), device), axis=1, include_initial=True)
+    assert e.shape == (2, 1) and e.tolist() == [[0.0], [0.0]]
+    p = ignis.cumulative_prod(nv(np.zeros((0,)), device), include_initial=True)
+    assert p.tolist() == [1.0]
+    x = nv(np.ones((2, 3)), device)
+    with pytest.raises(ValueError, match="cumulative_sum: axis is required for an array of 2"):
+        ignis.cumulative_sum(x)
+    with pytest.raises(ValueError, match="cumulative_prod: expected an array of at least 1"):
+        ignis.cumulative_prod(nv(np.array(2.0), device))
+    with pytest.raises(TypeError, match="cumulative_sum: dtype must be numeric, got bool"):
+        ignis.cumulative_sum(x, axis=0, dtype="bool")
+    with pytest.raises(TypeError, match="cumulative_sum: include_initial must be True or False"):
+        ignis.cumulative_sum(x, axis=0, include_initial=0)
+
+
+def test_the_functions_are_in_the_namespace():
+    for name in (
+        "sort",
+        "argsort",
+        "searchsorted",
+        "nonzero",
+        "count_nonzero",
+        "unique_all",
+        "unique_counts",
+        "unique_inverse",
+        "unique_values",
+        "cumulative_sum",
+        "cumulative_prod",
+    ):
+        assert name in ignis._array.__all__ and callable(getattr(ignis, name))
+
+
+# --- every kernel instance compiles ------------------------------------------------------------
+
+
+@pytest.mark.exhaustive
+def test_every_kernel_instance_compiles_for_sm90():
+    names = cuda_sorting.kernel_names()
+    obj = ignis.compile(
+        _sources.read_source("sort.cu"), CompileOptions(arch="sm_90"), name_expressions=names
+    )
+    assert obj.log == ""
+    assert sorted(obj.lowered_names) == sorted(set(names))
+
+
+def test_kernel_names_follow_the_c_type_table():
+    names = cuda_sorting.kernel_names()
+    assert "ignis::sort::radix_downsweep<ignis::bfloat16>" in names
+    assert "ignis::sort::scan_rows<float, ignis::sort::SumOp, true>" in names
+    assert not any("scan_rows<bool" in n for n in names)  # bool is summed as int64
+    with pytest.raises(TypeError, match="sort: complex64 arrays have no CUDA kernels"):
+        cuda_sorting._ctype(type("D", (), {"name": "complex64"})(), "sort")
+
+
+# --- the CUDA host path on the stand-in GPU ----------------------------------------------------
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    g = fake_gpu.install(monkeypatch)
+    monkeypatch.setattr(cuda_sorting, "library_kernel", fake_gpu._library_kernel)
+    yield g
+    fake_gpu.uninstall()
+
+
+def _names(gpu) -> list[str]:
+    return [launch[0].split("<")[0].rsplit("::", 1)[-1] for launch in gpu.launches]
+
+
+def test_fake_gpu_short_rows_sort_in_one_launch(fake):
+    x = ignis.empty((10, 100), dtype="float16", device="cuda:0")
+    out = ignis.argsort(x, descending=True)
+    ((name, grid, block, _, args),) = fake.launches
+    assert name == "ignis::sort::sort_rows_small<ignis::float16, 128, 4>"
+    assert grid == (3, 1, 1) and block == (64, 4, 1)
+    assert struct.unpack("<QQQ", b"".join(args[:3])) == (x.data_ptr, 0, out.data_ptr)
+    assert struct.unpack("<qq??", b"".join(args[3:])) == (10, 100, True, False)
+
+
+def test_fake_gpu_radix_sort_launches_three_kernels_a_byte(fake):
+    x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
+    ignis.sort(x)
+    assert _names(fake) == ["radix_upsweep", "scan_rows", "radix_downsweep"] * 4
+    ups = [launch for launch in fake.launches if "upsweep" in launch[0]]
+    assert all(u[1] == (4, 1, 1) and u[2] == (256, 1, 1) for u in ups)  # 2 rows x 2 tiles
+    assert [struct.unpack("<i", u[4][4])[0] for u in ups] == [0, 8, 16, 24]
+    down = [launch[4] for launch in fake.launches if "downsweep" in launch[0]]
+    assert [d[8:] for d in down][0] == [b"\x01", b"\x00", b"\x00", b"\x00", b"\x01"]  # exact
+    assert struct.unpack("<Q", down[0][0])[0] == x.data_ptr  # the first pass reads x itself
+    scans = [launch for launch in fake.launches if "scan_rows" in launch[0]]
+    assert scans[0][0] == "ignis::sort::scan_rows<ignis::int32, ignis::sort::SumOp, true>"
+    assert struct.unpack("<q", scans[0][4][2])[0] == 2 * 256 * 2  # counts of (row, digit, tile)
+    fake.launches.clear()
+    ignis.argsort(ignis.empty((3000,), dtype="int64", device="cuda:0"))
+    assert _names(fake).count("radix_downsweep") == 8
+
+
+def test_fake_gpu_cumulative_and_searchsorted_paths(fake):
+    ignis.cumulative_sum(ignis.empty((100000,), dtype="float32", device="cuda:0"))
+    ((name, grid, _, _, args),) = fake.launches
+    assert name == "ignis::sort::scan_rows<float, ignis::sort::SumOp, false>"
+    assert grid == (25, 1, 1) and struct.unpack("<qq", b"".join(args[2:4])) == (100000, 25)
+    fake.launches.clear()
+    ignis.cumulative_prod(ignis.empty((64, 300), dtype="bfloat16", device="cuda:0"), axis=0)
+    names = _names(fake)  # 300 columns: too few for a thread each; scanned as rows of a copy
+    assert "scan_rows" in names and "scan_cols" not in names and len(names) == 3
+    fake.launches.clear()
+    ignis.cumulative_sum(ignis.empty((4096, 10), dtype="int64", device="cuda:0"), axis=1)
+    ((name, _, _, _, _),) = fake.launches
+    assert name == "ignis::sort::scan_cols<ignis::int64, ignis::sort::SumOp, false>"
+    fake.launches.clear()
+    ignis.cumulative_sum(ignis.empty((20000, 3), dtype="float64", device="cuda:0"), axis=0)
+    assert "scan_rows" in _names(fake) and len(_names(fake)) == 3
+    fake.launches.clear()
+    ignis.searchsorted(
+        ignis.empty((50,), dtype="int32", device="cuda:0"),
+        ignis.empty((7, 3), dtype="int32", device="cuda:0"),
+        side="right",
+    )
+    ((name, _, _, _, args),) = fake.launches
+    assert name == "ignis::sort::searchsorted<ignis::int32>" and args[-1] == b"\x01"
+
+
+# --- the kernels themselves, emulated on the host ----------------------------------------------
+
+emulator = pytest.mark.skipif(not sort_emulator.available(), reason="needs a host C++ compiler")
+
+
+@pytest.fixture(scope="module")
+def emulated_kernels() -> list[str]:
+    names = cuda_sorting.kernel_names()
+    sort_emulator.build(names)  # once per module (and cached on disk by content)
+    return names
+
+
+@pytest.fixture
+def emulated(monkeypatch, emulated_kernels):
+    with sort_emulator.emulated_backend(monkeypatch, emulated_kernels) as session:
+        yield session
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_emulated_sort(emulated, rng, dtype):
+    check_sort("cpu", rng, dtype, (3, 40), 1)
+    check_sort("cpu", rng, dtype, (5, 7, 3), 0)
+    check_sort("cpu", rng, dtype, (9000,), 0)  # radix: three tiles, a pass per byte
+    check_sort("cpu", rng, dtype, (2, 4500), 1)  # rows of two tiles
+    assert any("radix_downsweep" in n for n in emulated.launched)
+    assert any("sort_rows_small" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+def test_emulated_cumulative(emulated, rng, dtype):
+    check_cumulative("cpu", rng, dtype, (9000,), 0, False)  # look-back over 3 tiles
+    check_cumulative("cpu", rng, dtype, (3, 5000), 1, True)
+    check_cumulative("cpu", rng, dtype, (2400, 3), 1, False)  # short rows: a thread per row
+    check_cumulative("cpu", rng, dtype, (40, 3, 2), 0, True)  # columns, via a transposed copy
+
+
+@emulator
+@pytest.mark.exhaustive
+def test_emulated_look_back_over_many_windows(emulated, rng):
+    # 150 tiles; with most prefixes hidden the look-backs fold up to 63 aggregates over three
+    # windows. Integers stay exact, and floats come out bit for bit the same: the prefix of a
+    # tile does not depend on which predecessor's prefix the look-back found.
+    a = rng.integers(-3, 4, size=150 * 4096 + 17).astype(np.int32)
+    f = rng.uniform(-1, 1, size=(2, 70 * 4096 + 5)).astype(np.float32)
+    results = []
+    for hide in (False, True):
+        emulated.hide_prefixes(hide)
+        got = ignis.cumulative_sum(ignis.asarray(a), dtype="int32", include_initial=True)
+        np.testing.assert_array_equal(got.to_host()[1:], np.cumsum(a, dtype=np.int32))
+        results.append(ignis.cumulative_sum(ignis.asarray(f), axis=1).to_host())
+    assert results[0].tobytes() == results[1].tobytes()
+    np.testing.assert_allclose(results[0], np.cumsum(f.astype(np.float64), axis=1), atol=2e-3)
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_emulated_sets_and_searches(emulated, rng, dtype):
+    check_unique("cpu", rng, dtype, 13)
+    check_unique("cpu", rng, dtype, 6000)
+    check_nonzero("cpu", rng, dtype, (3, 4, 5))
+    check_nonzero("cpu", rng, dtype, (5000,))
+    check_searchsorted("cpu", rng, dtype, 37)
+    assert any("compact_flags" in n for n in emulated.launched)
