@@ -20,57 +20,15 @@ Run on a GPU machine: ``python benchmarks/sorting.py``. Prints a Markdown table.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from reduction import max_rel_diff, time_ignis, time_torch  # shared timing
 
 import ignis
 
-ROUNDS = 7
-REPS = 5
-WARMUP = 2
 N = 1 << 24
-
-
-def median_ms(
-    run: Callable[[], Any],
-    record: Callable[[], Any],
-    elapsed: Callable[[Any, Any], float],
-    sync: Callable[[], None],
-) -> float:
-    """Median over rounds of milliseconds per call of ``run`` (device time between events)."""
-    for _ in range(WARMUP):
-        run()
-    sync()
-    samples = []
-    for _ in range(ROUNDS):
-        start = record()
-        for _ in range(REPS):
-            run()
-        end = record()
-        sync()
-        samples.append(elapsed(start, end) / REPS)
-    return statistics.median(samples)
-
-
-def time_ignis(fn: Callable[[], Any]) -> float:
-    stream = ignis.current_stream()
-    return median_ms(
-        fn, lambda: stream.record(), lambda a, b: a.elapsed_time(b), stream.synchronize
-    )
-
-
-def time_torch(fn: Callable[[], Any]) -> float:
-    import torch
-
-    def record() -> Any:
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    return median_ms(fn, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -84,9 +42,7 @@ def _same_values(ours: Any, theirs: Any) -> bool:
 
 
 def _same_scan(ours: Any, theirs: Any) -> bool:
-    a, b = _host(ours), _host(theirs)
-    scale = np.maximum(np.abs(b), np.max(np.abs(b)) * 1e-3 + 1e-30)
-    return bool(np.max(np.abs(a - b) / scale) < 1e-3)
+    return max_rel_diff(ours, theirs) < 1e-3
 
 
 def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:

@@ -620,12 +620,12 @@ def _op_sources(op: Any) -> tuple[Source, dict[str, Source]]:
     function = ("a, b", body)
     methods = {m: function for m in op.methods}
     for d in op.operators:
-        if d.startswith("__i"):
+        if op.operator_form(d) == "inplace":
             continue  # no in-place Tensor ops: ``t += 1`` rebinds t to ``t + 1``
         if op.grad is None:  # the array's own operator: foreign operands give NotImplemented
             methods[d] = ("a, b", [*operands, f"return _plain(NvArray.{d}(da, db))"])
         else:
-            methods[d] = ("b, a" if d.startswith("__r") else "a, b", body)
+            methods[d] = ("b, a" if op.operator_form(d) == "reflected" else "a, b", body)
     return function, methods
 
 

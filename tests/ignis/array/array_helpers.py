@@ -1,9 +1,17 @@
-"""Shared helpers of the NvArray tests: random data per dtype and per-dtype tolerances."""
+"""Shared helpers of the NvArray tests: random data per dtype, per-dtype tolerances, exact
+comparisons, and the stand-in GPU of tests/ignis/runtime/fake_gpu.py for the CUDA host paths."""
 
 from __future__ import annotations
 
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import ml_dtypes
 import numpy as np
+import pytest
 
 import ignis
 
@@ -53,6 +61,42 @@ def random_array(
     if positive:
         x = np.abs(x) + 0.1
     return x.astype(np_dtype(dtype))
+
+
+def uniform_array(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
+    """Random host data of any dtype, exactly representable in it: integers uniform in
+    [-100, 100] (clipped to the dtype's range), floats uniform in [-4, 4), complex numbers with
+    both parts so, bools a fair coin. Unlike :func:`random_array` it takes complex dtypes and
+    may give all zeros or all one bool.
+
+    Example: ``uniform_array(rng, (4, 5), "int8")``."""
+    d = np_dtype(dtype)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if d.kind in "iu":
+        info = np.iinfo(d)
+        return rng.integers(max(info.min, -100), min(info.max, 100) + 1, size=shape).astype(d)
+    if d.kind == "c":
+        return (rng.uniform(-4, 4, shape) + 1j * rng.uniform(-4, 4, shape)).astype(d)
+    return rng.uniform(-4, 4, size=shape).astype(d)
+
+
+def nv(values: Any, device: str, dtype: str | None = None) -> ignis.NvArray:
+    """``values`` copied into an NvArray on ``device`` (a copy: on the CPU ``asarray`` would
+    share the NumPy array the test compares against)."""
+    return ignis.asarray(np.asarray(values), dtype=dtype, device=device, copy=True)
+
+
+def assert_same(got: ignis.NvArray, want: Any) -> None:
+    """Exact equality with ``want`` (an array or a scalar), shape and dtype included: for the
+    ops that move elements and compute nothing."""
+    host = got.to_host()
+    want = np.asarray(want)
+    assert host.shape == want.shape, (host.shape, want.shape)
+    assert host.dtype == want.dtype, (host.dtype, want.dtype)
+    if host.dtype == np_dtype("bfloat16"):  # NumPy compares bfloat16 through float32, exactly
+        host, want = host.astype(np.float32), want.astype(np.float32)
+    np.testing.assert_array_equal(host, want)
 
 
 def to64(x: np.ndarray) -> np.ndarray:
@@ -126,3 +170,42 @@ def bound_check(got: np.ndarray, ref: np.ndarray, scale: np.ndarray, tol: float,
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(scale[ok] > 0, err / np.where(scale[ok] > 0, scale[ok], 1), 0)
     return float(rel.max()) if rel.size else 0.0
+
+
+# --- the stand-in GPU ----------------------------------------------------------------------------
+
+_RUNTIME_TESTS = str(Path(__file__).resolve().parents[1] / "runtime")  # fake_gpu.py lives there
+
+
+def stand_in_gpu(monkeypatch: pytest.MonkeyPatch, *backend_modules: Any) -> Iterator[Any]:
+    """The body of a fixture that runs a test on the stand-in GPU of
+    tests/ignis/runtime/fake_gpu.py: its devices and driver installed (the test skips where a
+    real GPU is present), and the library kernels of each CUDA backend module in
+    ``backend_modules`` parsed from cuda_src/ instead of compiled, so that their launches are
+    recorded, not run. Yields the stand-in (its ``launches``); uninstalls it afterwards.
+
+    Example::
+
+        @pytest.fixture
+        def fake(monkeypatch):
+            yield from stand_in_gpu(monkeypatch, cuda_sorting)
+    """
+    if _RUNTIME_TESTS not in sys.path:
+        sys.path.insert(0, _RUNTIME_TESTS)
+    import fake_gpu
+
+    gpu = fake_gpu.install(monkeypatch)
+    for module in backend_modules:
+        monkeypatch.setattr(module, "library_kernel", fake_gpu._library_kernel)
+    yield gpu
+    fake_gpu.uninstall()
+
+
+def arg_i64(v: bytes) -> int:
+    """A recorded kernel argument (its bytes) as an int64."""
+    return struct.unpack("<q", v)[0]
+
+
+def arg_ptr(v: bytes) -> int:
+    """A recorded kernel argument (its bytes) as a device pointer."""
+    return struct.unpack("<Q", v)[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from array_helpers import ALL, FLOATS, TOL, np_dtype, random_array
+from array_helpers import ALL, FLOATS, TOL, arg_i64, np_dtype, random_array, stand_in_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 import fake_gpu  # noqa: E402  (the stand-in GPU of tests/ignis/runtime)
@@ -488,14 +488,7 @@ def test_gpu_take_row_tiles_match_numpy(
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch):
-    g = fake_gpu.install(monkeypatch)
-    monkeypatch.setattr(cuda_indexing, "library_kernel", fake_gpu._library_kernel)
-    yield g
-    fake_gpu.uninstall()
-
-
-def _i64(v: bytes) -> int:
-    return struct.unpack("<q", v)[0]
+    yield from stand_in_gpu(monkeypatch, cuda_indexing)
 
 
 def _launched(gpu: fake_gpu.FakeGpu, prefix: str) -> list:
@@ -511,7 +504,7 @@ def test_fake_gpu_take_launch(fake) -> None:
     assert name == "ignis::idx::take_rows<float, ignis::int32, 4, 1>"
     assert block == (2, 128, 1) and grid == (1, 1, 1)  # 8 floats = 2 packs per row
     assert [struct.unpack("<Q", v)[0] for v in args[:3]] == [a.data_ptr, idx.data_ptr, out.data_ptr]
-    assert [_i64(v) for v in args[3:]] == [15, 5, 10, 2]
+    assert [arg_i64(v) for v in args[3:]] == [15, 5, 10, 2]
     fake.launches.clear()
     ignis.take(ignis.empty((4, 1000), dtype="bfloat16", device="cuda:0"), idx)
     ((name, _, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
@@ -520,7 +513,7 @@ def test_fake_gpu_take_launch(fake) -> None:
         2,
         1,
     )
-    assert _i64(args[-1]) == 125
+    assert arg_i64(args[-1]) == 125
 
 
 def test_fake_gpu_take_keeps_rows_in_flight_when_the_grid_is_large(fake) -> None:
@@ -531,7 +524,7 @@ def test_fake_gpu_take_keeps_rows_in_flight_when_the_grid_is_large(fake) -> None
     ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
     assert name == "ignis::idx::take_rows<float, ignis::int64, 4, 4>"
     assert block == (192, 1, 1) and grid == (8192 // 4, 1, 1)  # 4 rows per thread
-    assert [_i64(v) for v in args[3:]] == [8192, 8192, 50304, 192]
+    assert [arg_i64(v) for v in args[3:]] == [8192, 8192, 50304, 192]
     fake.launches.clear()
     # bfloat16: 96 packs per row, two rows per block, tiles of 8 rows; 8195 rows leave a part
     ignis.nn.embedding(
@@ -559,7 +552,8 @@ def test_fake_gpu_index_add_launches(fake) -> None:
     ((name, _, block, _, args),) = _launched(fake, "ignis::idx::index_add")
     assert name == "ignis::idx::index_add_atomic<float, ignis::int64>"  # in a float32 copy
     assert block == (64, 4, 1)
-    assert [_i64(v) for v in args[3:7]] == [8, 8, 6, 33] and struct.unpack("<f", args[7])[0] == 0.5
+    assert [arg_i64(v) for v in args[3:7]] == [8, 8, 6, 33]
+    assert struct.unpack("<f", args[7])[0] == 0.5
     fake.launches.clear()
     ignis.index_add(
         ignis.empty((6, 33), dtype="int32", device="cuda:0"),
@@ -581,7 +575,7 @@ def test_fake_gpu_dropout_and_rope_launches(fake) -> None:
     assert name == "ignis::nn::dropout_forward<ignis::float16, float, true>"  # 16-byte vectors
     assert grid == (1, 1, 1) and block == (256, 1, 1)
     assert [struct.unpack("<Q", v)[0] for v in args[:3]] == [x.data_ptr, y.data_ptr, mask.data_ptr]
-    assert _i64(args[3]) == 35
+    assert arg_i64(args[3]) == 35
     assert struct.unpack("<IIQI", b"".join(args[4:8])) == (3, 1, 9, 1 << 22)
     assert struct.unpack("<f", args[8])[0] == pytest.approx(4 / 3)
     ignis.nn.dropout_backward(ignis.empty((5, 7), dtype="float64", device="cuda:0"), mask, 0.25)
@@ -594,7 +588,7 @@ def test_fake_gpu_dropout_and_rope_launches(fake) -> None:
     (first, second) = _launched(fake, "ignis::nn::rope")
     assert first[0] == "ignis::nn::rope<ignis::bfloat16, float, ignis::int64, false, false>"
     assert first[2] == (64, 4, 1)
-    assert [_i64(v) for v in first[4][3:8]] == [24, 4, 0, 64, 5] and first[4][9] == b"\x00"
+    assert [arg_i64(v) for v in first[4][3:8]] == [24, 4, 0, 64, 5] and first[4][9] == b"\x00"
     assert second[0] == "ignis::nn::rope<ignis::bfloat16, float, ignis::int32, true, true>"
-    assert [_i64(v) for v in second[4][3:8]] == [24, 4, 4, 64, 0] and second[4][9] == b"\x01"
+    assert [arg_i64(v) for v in second[4][3:8]] == [24, 4, 4, 64, 0] and second[4][9] == b"\x01"
     assert struct.unpack("<d", second[4][8])[0] == pytest.approx(np.log2(500000.0))

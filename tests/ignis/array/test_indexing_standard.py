@@ -6,16 +6,9 @@ device; the CUDA launches also on the stand-in GPU of tests/ignis/runtime."""
 
 from __future__ import annotations
 
-import struct
-import sys
-from pathlib import Path
-
-import ml_dtypes
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
-import fake_gpu  # noqa: E402  (the stand-in GPU of tests/ignis/runtime)
+from array_helpers import arg_i64, arg_ptr, assert_same, nv, stand_in_gpu, uniform_array
 from ignis._array import _indexing
 from ignis._array._cuda_backend import indexing as cuda_indexing
 from ignis._array.array import NvArray
@@ -24,37 +17,6 @@ import ignis
 from ignis import CompileOptions, _sources
 
 DTYPES = [d.name for d in ignis._dtypes.all_dtypes]
-
-
-def np_dtype(name: str) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def rand(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
-    """Random values exactly representable in ``dtype`` (no two equal for the wider types)."""
-    d = np_dtype(dtype)
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if d.kind in "iu":
-        info = np.iinfo(d)
-        return rng.integers(max(info.min, -100), min(info.max, 100) + 1, size=shape).astype(d)
-    if d.kind == "c":
-        return (rng.uniform(-4, 4, shape) + 1j * rng.uniform(-4, 4, shape)).astype(d)
-    return rng.uniform(-4, 4, size=shape).astype(d)
-
-
-def nv(values, device: str, dtype: str | None = None) -> NvArray:
-    # a copy: on the CPU asarray would share the NumPy array the test compares against
-    return ignis.asarray(np.asarray(values), dtype=dtype, device=device, copy=True)
-
-
-def same(got: NvArray, want: np.ndarray) -> None:
-    """Exact equality (indexing moves elements, it computes nothing), shape and dtype."""
-    host = got.to_host()
-    assert host.shape == want.shape, (host.shape, want.shape)
-    assert host.dtype == want.dtype, (host.dtype, want.dtype)
-    np.testing.assert_array_equal(host.astype(np.float64) if host.dtype.kind == "V" else host,
-                                  want.astype(np.float64) if want.dtype.kind == "V" else want)
 
 
 def device_key(key, device: str):
@@ -123,88 +85,88 @@ def mask_key(key, rng: np.random.Generator, shape=(4, 5, 6)):
 
 @pytest.mark.parametrize("key", INT_KEYS, ids=range(len(INT_KEYS)))
 def test_getitem_integer_arrays(device: str, key, rng) -> None:
-    a = rand(rng, (4, 5, 6), "float32")
+    a = uniform_array(rng, (4, 5, 6), "float32")
     x = nv(a, device)
     out = x[device_key(key, device)]
-    same(out, a[key])
+    assert_same(out, a[key])
     if any(isinstance(k, np.ndarray) and k.ndim for k in key):
         assert out._storage is not x._storage  # a copy (0-d arrays alone index like ints)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_getitem_every_dtype(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (4, 5, 6), dtype)
+    a = uniform_array(rng, (4, 5, 6), dtype)
     x = nv(a, device)
     for key in [(IDX, slice(None), JDX), (slice(None), IDX), mask_key("m2", rng)]:
-        same(x[device_key(key, device)], a[key])
+        assert_same(x[device_key(key, device)], a[key])
 
 
 @pytest.mark.parametrize("index_dtype", ["int8", "uint8", "int16", "int32", "int64", "uint64"])
 def test_getitem_index_dtypes(device: str, index_dtype: str, rng) -> None:
-    a = rand(rng, (4, 5), "float64")
+    a = uniform_array(rng, (4, 5), "float64")
     x = nv(a, device)
     i = np.array([3, 0, 1]).astype(index_dtype)
     j = np.array([4, 4, 2]).astype(index_dtype)
-    same(x[nv(i, device), nv(j, device)], a[i, j])
-    same(x[:, nv(j, device)], a[:, j])
+    assert_same(x[nv(i, device), nv(j, device)], a[i, j])
+    assert_same(x[:, nv(j, device)], a[:, j])
 
 
 def test_getitem_lists_and_non_contiguous(device: str, rng) -> None:
-    a = rand(rng, (6, 5, 4), "int32")
+    a = uniform_array(rng, (6, 5, 4), "int32")
     x = nv(a, device)
-    same(x[[0, 2], [1, 1]], a[[0, 2], [1, 1]])
-    same(x[:, [True, False, True, True, False]], a[:, [True, False, True, True, False]])
+    assert_same(x[[0, 2], [1, 1]], a[[0, 2], [1, 1]])
+    assert_same(x[:, [True, False, True, True, False]], a[:, [True, False, True, True, False]])
     t = x.transpose(2, 0, 1)[::2]  # a strided view
     at = a.transpose(2, 0, 1)[::2]
     i, j = np.array([1, 0, -1]), np.array([[4], [0]])
-    same(t[nv(i, device), :, nv(j, device)], at[i, :, j])
-    same(t[nv(at > 0, device)], at[at > 0])
+    assert_same(t[nv(i, device), :, nv(j, device)], at[i, :, j])
+    assert_same(t[nv(at > 0, device)], at[at > 0])
 
 
 @pytest.mark.parametrize("key", MASK_KEYS, ids=range(len(MASK_KEYS)))
 def test_getitem_boolean_masks(device: str, key, rng) -> None:
-    a = rand(rng, (4, 5, 6), "float32")
+    a = uniform_array(rng, (4, 5, 6), "float32")
     x = nv(a, device)
     k = mask_key(key, rng)
-    same(x[device_key(k, device)], a[k])
+    assert_same(x[device_key(k, device)], a[k])
 
 
 def test_getitem_mask_edge_cases(device: str, rng) -> None:
-    a = rand(rng, (3, 4), "int64")
+    a = uniform_array(rng, (3, 4), "int64")
     x = nv(a, device)
     none = np.zeros((3, 4), bool)
-    same(x[nv(none, device)], a[none])
+    assert_same(x[nv(none, device)], a[none])
     every = np.ones((3, 4), bool)
-    same(x[nv(every, device)], a[every])
-    same(x[nv(np.array(True), device)], a[np.array(True)])
-    same(x[nv(np.array(False), device)], a[np.array(False)])
+    assert_same(x[nv(every, device)], a[every])
+    assert_same(x[nv(np.array(True), device)], a[np.array(True)])
+    assert_same(x[nv(np.array(False), device)], a[np.array(False)])
     # the standard lets a mask axis of size 0 stand for any axis: nothing is selected
     assert x[nv(np.zeros((0, 4), bool), device)].shape == (0,)
     e = nv(np.zeros((0, 3)), device)
     assert e[nv(np.zeros((0, 3), bool), device)].shape == (0,)
-    same(x[np.True_], a[np.True_])
+    assert_same(x[np.True_], a[np.True_])
 
 
 def test_getitem_mask_waits_for_the_device_once(device: str, rng, monkeypatch) -> None:
-    a = rand(rng, (50, 7), "float32")
+    a = uniform_array(rng, (50, 7), "float32")
     x = nv(a, device)
     mask = nv(a[:, 0] > 0, device)
     calls = []
     real = NvArray.item
     monkeypatch.setattr(NvArray, "item", lambda self: calls.append(1) or real(self))
-    same(x[mask], a[a[:, 0] > 0])
+    assert_same(x[mask], a[a[:, 0] > 0])
     assert len(calls) == 1
 
 
 def test_getitem_fast_paths_are_kept(device: str, rng, monkeypatch) -> None:
     # x[idx] and x[idx, basic...] stay one take (the embedding lookups' path)
-    a = rand(rng, (6, 5), "float32")
+    a = uniform_array(rng, (6, 5), "float32")
     x = nv(a, device)
     monkeypatch.setattr(_indexing, "_select", None)  # the general path must not run
-    same(x[nv(IDX, device)], a[IDX])
-    same(x[nv(IDX, device), 1:3], a[IDX, 1:3])
-    same(x[[1, 2], None, ::-1], a[[1, 2], None, ::-1])
-    same(x[0], a[0])  # basic indexing: a view
+    assert_same(x[nv(IDX, device)], a[IDX])
+    assert_same(x[nv(IDX, device), 1:3], a[IDX, 1:3])
+    assert_same(x[[1, 2], None, ::-1], a[[1, 2], None, ::-1])
+    assert_same(x[0], a[0])  # basic indexing: a view
     assert x[1:, None]._storage is x._storage
 
 
@@ -229,55 +191,57 @@ def test_getitem_errors(device: str) -> None:
 # --- __setitem__ ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", INT_KEYS, ids=range(len(INT_KEYS)))
-def test_setitem_integer_arrays(device: str, key, rng) -> None:
-    a = rand(rng, (4, 5, 6), "float64")
-    # unique targets (repeated ones land in an unspecified order)
-    key = tuple(np.array([0, 3, 2]) if k is IDX else np.array([[1], [4]]) if k is JDX else k
-                for k in key)
-    shape = a[key].shape
-    for value in [rand(rng, shape, "float64"), rand(rng, shape[-1:], "float64"), 2.5]:
+def check_setitem(device: str, a: np.ndarray, key, values: list) -> None:
+    """``x[key] = value`` on ``device`` for each value (an array or a scalar), each into a fresh
+    copy of ``a``, against NumPy's ``a[key] = value``."""
+    for value in values:
         want = a.copy()
         want[key] = value
         x = nv(a, device)
         x[device_key(key, device)] = nv(value, device) if isinstance(value, np.ndarray) else value
-        same(x, want)
+        assert_same(x, want)
+
+
+@pytest.mark.parametrize("key", INT_KEYS, ids=range(len(INT_KEYS)))
+def test_setitem_integer_arrays(device: str, key, rng) -> None:
+    a = uniform_array(rng, (4, 5, 6), "float64")
+    # unique targets (repeated ones land in an unspecified order)
+    key = tuple(np.array([0, 3, 2]) if k is IDX else np.array([[1], [4]]) if k is JDX else k
+                for k in key)
+    shape = a[key].shape
+    values = [uniform_array(rng, shape, "float64"), uniform_array(rng, shape[-1:], "float64"), 2.5]
+    check_setitem(device, a, key, values)
 
 
 @pytest.mark.parametrize("key", MASK_KEYS, ids=range(len(MASK_KEYS)))
 def test_setitem_boolean_masks(device: str, key, rng) -> None:
-    a = rand(rng, (4, 5, 6), "float32")
+    a = uniform_array(rng, (4, 5, 6), "float32")
     k = mask_key(key, rng)
     shape = a[k].shape
-    values = [-7.0, rand(rng, shape, "float32"), rand(rng, shape[1:], "float32")]
+    values = [-7.0, uniform_array(rng, shape, "float32"), uniform_array(rng, shape[1:], "float32")]
     if len(shape) > 1:
-        values.append(rand(rng, (1,) + shape[1:], "float32"))
-    for value in values:
-        want = a.copy()
-        want[k] = value
-        x = nv(a, device)
-        x[device_key(k, device)] = nv(value, device) if isinstance(value, np.ndarray) else value
-        same(x, want)
+        values.append(uniform_array(rng, (1,) + shape[1:], "float32"))
+    check_setitem(device, a, k, values)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_setitem_every_dtype(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (4, 5, 6), dtype)
-    fill = rand(rng, (), dtype).item()
+    a = uniform_array(rng, (4, 5, 6), dtype)
+    fill = uniform_array(rng, (), dtype).item()
     for key in [(np.array([0, 2]), slice(None), np.array([1, 5])), mask_key("m2", rng)]:
         want = a.copy()
-        value = rand(rng, a[key].shape, dtype)
+        value = uniform_array(rng, a[key].shape, dtype)
         want[key] = value
         x = nv(a, device)
         x[device_key(key, device)] = nv(value, device)
-        same(x, want)
+        assert_same(x, want)
         want[key] = fill
         x[device_key(key, device)] = fill
-        same(x, want)
+        assert_same(x, want)
 
 
 def test_setitem_mask_with_a_scalar_does_not_wait(device: str, rng, monkeypatch) -> None:
-    a = rand(rng, (30, 4), "float32")
+    a = uniform_array(rng, (30, 4), "float32")
     x = nv(a, device)
     mask = nv(a > 0, device)
     row_mask = nv(a[:, 0] > 0, device)
@@ -287,32 +251,32 @@ def test_setitem_mask_with_a_scalar_does_not_wait(device: str, rng, monkeypatch)
     want = a.copy()
     want[a > 0] = 0.0
     want[a[:, 0] > 0] = np.arange(4.0)
-    same(x, want)
+    assert_same(x, want)
 
 
 def test_setitem_into_views_and_conversions(device: str, rng) -> None:
-    a = rand(rng, (6, 4), "float32")
+    a = uniform_array(rng, (6, 4), "float32")
     x = nv(a, device)
     view = x.T[::2]  # (2, 6), strided: written through a contiguous copy
     want = a.copy()
     want.T[::2][[0, 1], [5, 0]] = [1.0, 2.0]
     view[[0, 1], [5, 0]] = nv(np.array([1, 2], dtype=np.int64), device)  # converted
-    same(x, want)
+    assert_same(x, want)
     # a value that is a view of the array written
     want[[1, 3]] = want[0]
     x[[1, 3]] = x[0]
-    same(x, want)
+    assert_same(x, want)
     want[want[:, 0] > 1] = want[0][::-1]
     x[x[:, 0] > 1] = x[0][::-1]
-    same(x, want)
+    assert_same(x, want)
     rows = want[:, 0] > 0
     want[rows] = want[rows][::-1]  # one value per row: the general path, from a copy
     x[x[:, 0] > 0] = x[x[:, 0] > 0][::-1]
-    same(x, want)
+    assert_same(x, want)
     # host data as the value
     want[[0, 5], 1:3] = [[9.0, 8.0]]
     x[[0, 5], 1:3] = [[9.0, 8.0]]
-    same(x, want)
+    assert_same(x, want)
 
 
 def test_setitem_repeated_indices_land_one_value(device: str) -> None:
@@ -335,8 +299,8 @@ def test_setitem_errors(device: str) -> None:
 
 
 def test_add_at_accumulates_repeats(device: str, rng) -> None:
-    a = rand(rng, (5, 4), "float64")
-    src = rand(rng, (5, 3), "float64")
+    a = uniform_array(rng, (5, 4), "float64")
+    src = uniform_array(rng, (5, 3), "float64")
     want = a.copy()
     np.add.at(want, (slice(None), [1, 1, 3]), src)
     x = nv(a, device)
@@ -347,14 +311,16 @@ def test_add_at_accumulates_repeats(device: str, rng) -> None:
 def test_flat_nonzero(device: str, rng) -> None:
     for shape in [(0,), (7,), (33, 130), (3, 0, 2)]:
         m = rng.random(shape) < 0.3
-        same(_indexing.flat_nonzero(nv(m, device)), np.flatnonzero(m))
+        assert_same(_indexing.flat_nonzero(nv(m, device)), np.flatnonzero(m))
 
 
 def test_take_axis_none_and_index_dtypes(device: str, rng) -> None:
-    a = rand(rng, (3, 4), "float32")
+    a = uniform_array(rng, (3, 4), "float32")
     x = nv(a, device)
-    same(ignis.take(x, nv(np.array([11, 0, -1]), device), axis=None), np.take(a, [11, 0, -1]))
-    same(ignis.take(x, nv(np.array([2, 0], np.uint8), device), axis=1), np.take(a, [2, 0], 1))
+    assert_same(ignis.take(x, nv(np.array([11, 0, -1]), device), axis=None),
+                np.take(a, [11, 0, -1]))
+    assert_same(ignis.take(x, nv(np.array([2, 0], np.uint8), device), axis=1),
+                np.take(a, [2, 0], 1))
 
 
 # --- the CUDA kernels: every new instance compiles; launches on the stand-in GPU -------------
@@ -374,18 +340,7 @@ def test_new_kernel_instances_compile_for_sm90() -> None:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch):
-    g = fake_gpu.install(monkeypatch)
-    monkeypatch.setattr(cuda_indexing, "library_kernel", fake_gpu._library_kernel)
-    yield g
-    fake_gpu.uninstall()
-
-
-def _i64(v: bytes) -> int:
-    return struct.unpack("<q", v)[0]
-
-
-def _ptr(v: bytes) -> int:
-    return struct.unpack("<Q", v)[0]
+    yield from stand_in_gpu(monkeypatch, cuda_indexing)
 
 
 def test_fake_gpu_put_launch(fake) -> None:
@@ -395,15 +350,15 @@ def test_fake_gpu_put_launch(fake) -> None:
     ((name, grid, block, _, args),) = [v for v in fake.launches if "put_rows" in v[0]]
     assert name == "ignis::idx::put_rows<4, ignis::int64, 2>"  # 10 floats: 8-byte moves
     assert block == (8, 32, 1) and grid == (1, 1, 1)
-    assert _ptr(args[0]) == x.data_ptr and _ptr(args[1]) == idx.data_ptr
-    assert [_i64(v) for v in args[3:]] == [3, 3, 6, 5]
+    assert arg_ptr(args[0]) == x.data_ptr and arg_ptr(args[1]) == idx.data_ptr
+    assert [arg_i64(v) for v in args[3:]] == [3, 3, 6, 5]
     fake.launches.clear()
     # bool data, int32 indices along axis 1: rows of (outer=6, m=2, inner=1)
     b = ignis.empty((6, 9), dtype="bool", device="cuda:0")
     b[:, ignis.empty((2,), dtype="int32", device="cuda:0")] = True
     ((name, _, block, _, args),) = [v for v in fake.launches if "put_rows" in v[0]]
     assert name == "ignis::idx::put_rows<1, ignis::int32, 1>" and block == (1, 256, 1)
-    assert [_i64(v) for v in args[3:]] == [12, 2, 9, 1]
+    assert [arg_i64(v) for v in args[3:]] == [12, 2, 9, 1]
 
 
 def test_fake_gpu_scans(fake) -> None:
@@ -417,9 +372,9 @@ def test_fake_gpu_scans(fake) -> None:
     assert write[0] == "ignis::idx::scan_write<bool, true>"
     # 3 chunks of at least 4096 elements, balanced and rounded up to the block size
     assert first[1] == write[1] == (3, 1, 1) and first[2] == (256, 1, 1)
-    assert [_i64(v) for v in first[4][1:3]] == [n, 3584]
+    assert [arg_i64(v) for v in first[4][1:3]] == [n, 3584]
     assert totals[0] == "ignis::idx::scan_totals" and totals[1] == (1, 1, 1)
-    assert _i64(totals[4][1]) == 3 and _ptr(write[4][4]) == out.data_ptr
+    assert arg_i64(totals[4][1]) == 3 and arg_ptr(write[4][4]) == out.data_ptr
     fake.launches.clear()
     repeats = ignis.empty((5,), dtype="int64", device="cuda:0")
     index = ignis.empty((40,), dtype="int64", device="cuda:0")
@@ -432,7 +387,8 @@ def test_fake_gpu_scans(fake) -> None:
         "ignis::idx::repeat_search",
     ]
     search = fake.launches[-1]
-    assert [_i64(v) for v in search[4][1:3]] == [5, 40] and _ptr(search[4][3]) == index.data_ptr
+    assert [arg_i64(v) for v in search[4][1:3]] == [5, 40]
+    assert arg_ptr(search[4][3]) == index.data_ptr
 
 
 def test_fake_gpu_scan_chunks_grow_past_the_grid_cap(fake) -> None:
@@ -448,7 +404,7 @@ def test_fake_gpu_mask_assignment_is_one_where_launch(fake) -> None:
     mask = ignis.empty((6,), dtype="bool", device="cuda:0")
     x[mask] = 1.5  # no host read (the stand-in has none to give): one where kernel in place
     (launch,) = fake.launches
-    assert "where" in launch[0] and _ptr(launch[4][0]) == x.data_ptr
+    assert "where" in launch[0] and arg_ptr(launch[4][0]) == x.data_ptr
     assert not fake.calls.get("cuMemcpyDtoH") and not fake.calls.get("cuMemcpyDtoHAsync")
 
 
@@ -465,7 +421,7 @@ def test_fake_gpu_mask_assignment_is_one_where_launch(fake) -> None:
 )
 def test_autograd_gradients_through_advanced_keys(device: str, key, rng) -> None:
     ag = pytest.importorskip("ignis_autograd")
-    a = rand(rng, (4, 5, 3), "float64")
+    a = uniform_array(rng, (4, 5, 3), "float64")
     x = ag.Tensor(nv(a, device), requires_grad=True)
     y = x[device_key(key, device)]
     (y * y).sum().backward()

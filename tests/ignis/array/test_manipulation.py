@@ -4,9 +4,9 @@ where the functions promise them, copies where they do not, and the errors of ba
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
+from array_helpers import assert_same, np_dtype, nv, uniform_array
 from ignis._array.array import NvArray
 
 import ignis
@@ -17,35 +17,6 @@ NUMERIC = [d for d in DTYPES if d != "bool"]
 # float64 references of products and sums: (rtol, atol) per dtype
 TOL = {"float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 2e-2), "float32": (2e-6, 2e-6),
        "float64": (1e-12, 1e-12)}
-
-
-def np_dtype(name: str) -> np.dtype:
-    return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-
-
-def rand(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
-    d = np_dtype(dtype)
-    if dtype == "bool":
-        return rng.random(shape) < 0.5
-    if d.kind in "iu":
-        info = np.iinfo(d)
-        return rng.integers(max(info.min, -100), min(info.max, 100) + 1, size=shape).astype(d)
-    if d.kind == "c":
-        return (rng.uniform(-4, 4, shape) + 1j * rng.uniform(-4, 4, shape)).astype(d)
-    return rng.uniform(-4, 4, size=shape).astype(d)
-
-
-def nv(values, device: str) -> NvArray:
-    return ignis.asarray(np.asarray(values), device=device, copy=True)
-
-
-def same(got: NvArray, want: np.ndarray) -> None:
-    host = got.to_host()
-    assert host.shape == np.shape(want), (host.shape, np.shape(want))
-    assert host.dtype == np.asarray(want).dtype, (host.dtype, np.asarray(want).dtype)
-    if host.dtype == np_dtype("bfloat16"):
-        host, want = host.astype(np.float32), np.asarray(want).astype(np.float32)
-    np.testing.assert_array_equal(host, want)
 
 
 def close(got: NvArray, want: np.ndarray, dtype: str) -> None:
@@ -68,7 +39,7 @@ def is_view(out: NvArray, x: NvArray) -> bool:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_views_every_dtype(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (2, 3, 4), dtype)
+    a = uniform_array(rng, (2, 3, 4), dtype)
     x = nv(a, device)
     checks = [
         (ignis.broadcast_to(x[:, :1], (5, 2, 3, 4)), np.broadcast_to(a[:, :1], (5, 2, 3, 4))),
@@ -87,36 +58,36 @@ def test_views_every_dtype(device: str, dtype: str, rng) -> None:
         (ignis.reshape(x, (4, -1)), a.reshape(4, -1)),
     ]
     for out, want in checks:
-        same(out, want)
+        assert_same(out, want)
         assert is_view(out, x)
     for i, u in enumerate(ignis.unstack(x, axis=1)):
-        same(u, a[:, i])
+        assert_same(u, a[:, i])
         assert is_view(u, x)
-    b1, b2 = ignis.broadcast_arrays(x[:, :1], nv(rand(rng, (4,), dtype), device))
+    b1, b2 = ignis.broadcast_arrays(x[:, :1], nv(uniform_array(rng, (4,), dtype), device))
     assert b1.shape == b2.shape == (2, 1, 4) and is_view(b1, x)
 
 
 def test_flip_is_negative_strides(device: str, rng) -> None:
-    a = rand(rng, (3, 5), "float32")
+    a = uniform_array(rng, (3, 5), "float32")
     x = nv(a, device)
     f = ignis.flip(x, axis=1)
     assert f.strides == (20, -4)
-    same(f + 1, np.flip(a, 1) + 1)  # element-wise ops read it
-    same(ignis.flip(f, axis=1), a)  # flipped back: the original layout
-    same(ignis.flip(nv(np.zeros((0, 2)), device)), np.zeros((0, 2)))
-    same(ignis.flip(nv(np.float32(3.0), device)), np.float32(3.0))
+    assert_same(f + 1, np.flip(a, 1) + 1)  # element-wise ops read it
+    assert_same(ignis.flip(f, axis=1), a)  # flipped back: the original layout
+    assert_same(ignis.flip(nv(np.zeros((0, 2)), device)), np.zeros((0, 2)))
+    assert_same(ignis.flip(nv(np.float32(3.0), device)), np.float32(3.0))
 
 
 def test_reshape_copy_keyword(device: str, rng) -> None:
-    a = rand(rng, (3, 4), "int32")
+    a = uniform_array(rng, (3, 4), "int32")
     x = nv(a, device)
     assert is_view(ignis.reshape(x, (12,)), x)
     assert is_view(ignis.reshape(x, (2, 6), copy=False), x)
     c = ignis.reshape(x, (2, 6), copy=True)
-    same(c, a.reshape(2, 6))
+    assert_same(c, a.reshape(2, 6))
     assert not is_view(c, x)
     t = x.T
-    same(ignis.reshape(t, (12,)), a.T.reshape(12))  # a copy where no view exists
+    assert_same(ignis.reshape(t, (12,)), a.T.reshape(12))  # a copy where no view exists
     with pytest.raises(ValueError, match="copy=False"):
         ignis.reshape(t, (12,), copy=False)
     with pytest.raises(ValueError, match="cannot reshape"):
@@ -158,29 +129,29 @@ def test_view_errors(device: str) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_copies_every_dtype(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (3, 4), dtype)
-    b = rand(rng, (3, 2), dtype)
+    a = uniform_array(rng, (3, 4), dtype)
+    b = uniform_array(rng, (3, 2), dtype)
     x, y = nv(a, device), nv(b, device)
-    same(ignis.concat([x, y], axis=1), np.concatenate([a, b], axis=1))
-    same(ignis.concat((x, y), axis=None), np.concatenate([a, b], axis=None))
-    same(ignis.stack((x, x), axis=-1), np.stack([a, a], axis=-1))
-    same(ignis.roll(x, 1), np.roll(a, 1))
-    same(ignis.roll(x, (1, -5), axis=(0, 1)), np.roll(a, (1, -5), axis=(0, 1)))
-    same(ignis.tile(x, (2, 1, 3)), np.tile(a, (2, 1, 3)))
-    same(ignis.repeat(x, 2, axis=1), np.repeat(a, 2, axis=1))
+    assert_same(ignis.concat([x, y], axis=1), np.concatenate([a, b], axis=1))
+    assert_same(ignis.concat((x, y), axis=None), np.concatenate([a, b], axis=None))
+    assert_same(ignis.stack((x, x), axis=-1), np.stack([a, a], axis=-1))
+    assert_same(ignis.roll(x, 1), np.roll(a, 1))
+    assert_same(ignis.roll(x, (1, -5), axis=(0, 1)), np.roll(a, (1, -5), axis=(0, 1)))
+    assert_same(ignis.tile(x, (2, 1, 3)), np.tile(a, (2, 1, 3)))
+    assert_same(ignis.repeat(x, 2, axis=1), np.repeat(a, 2, axis=1))
     counts = np.array([2, 0, 3])
-    same(ignis.repeat(x, nv(counts, device), axis=0), np.repeat(a, counts, axis=0))
+    assert_same(ignis.repeat(x, nv(counts, device), axis=0), np.repeat(a, counts, axis=0))
     for out in (ignis.roll(x, 0), ignis.tile(x, (1, 1)), ignis.repeat(x, 1, axis=0)):
         assert not is_view(out, x)  # always new arrays
 
 
 def test_concat_promotes_and_matches_concatenate(device: str, rng) -> None:
-    a, b = rand(rng, (2, 3), "int8"), rand(rng, (2, 3), "float32")
+    a, b = uniform_array(rng, (2, 3), "int8"), uniform_array(rng, (2, 3), "float32")
     x, y = nv(a, device), nv(b, device)
-    same(ignis.concat([x, y], axis=-1), np.concatenate([a, b], axis=-1))
-    same(ignis.concat([x, y]), ignis.concatenate([x, y]).to_host())
+    assert_same(ignis.concat([x, y], axis=-1), np.concatenate([a, b], axis=-1))
+    assert_same(ignis.concat([x, y]), ignis.concatenate([x, y]).to_host())
     z = nv(np.float32(2.0), device)
-    same(ignis.concat([z, z], axis=None), np.array([2.0, 2.0], np.float32))
+    assert_same(ignis.concat([z, z], axis=None), np.array([2.0, 2.0], np.float32))
     with pytest.raises(ValueError, match="concatenate: sizes must match"):
         ignis.concat([x, y.T], axis=0)
     with pytest.raises(TypeError, match="tuple or list"):
@@ -193,15 +164,15 @@ def test_concat_promotes_and_matches_concatenate(device: str, rng) -> None:
      (0, 1), (13, -1)],
 )
 def test_roll(device: str, shift, axis, rng) -> None:
-    a = rand(rng, (3, 4, 5), "float32")
+    a = uniform_array(rng, (3, 4, 5), "float32")
     x = nv(a, device)
-    same(ignis.roll(x, shift, axis=axis), np.roll(a, shift, axis=axis))
-    same(ignis.roll(x.T, shift, axis=axis), np.roll(a.T, shift, axis=axis))
+    assert_same(ignis.roll(x, shift, axis=axis), np.roll(a, shift, axis=axis))
+    assert_same(ignis.roll(x.T, shift, axis=axis), np.roll(a.T, shift, axis=axis))
 
 
 def test_roll_edge_cases_and_errors(device: str) -> None:
-    same(ignis.roll(nv(np.zeros((0, 3)), device), 2, axis=1), np.zeros((0, 3)))
-    same(ignis.roll(nv(np.float64(1.5), device), 3), np.roll(np.float64(1.5), 3))
+    assert_same(ignis.roll(nv(np.zeros((0, 3)), device), 2, axis=1), np.zeros((0, 3)))
+    assert_same(ignis.roll(nv(np.float64(1.5), device), 3), np.roll(np.float64(1.5), 3))
     x = ignis.zeros((2, 3), device=device)
     with pytest.raises(ValueError, match="same number of entries"):
         ignis.roll(x, (1, 2), axis=0)
@@ -213,35 +184,37 @@ def test_roll_edge_cases_and_errors(device: str) -> None:
 
 @pytest.mark.parametrize("reps", [(2,), (1, 3), (2, 1, 2), (0, 2), (3, 1, 1, 1), ()])
 def test_tile(device: str, reps, rng) -> None:
-    a = rand(rng, (2, 3), "int64")
-    same(ignis.tile(nv(a, device), reps), np.tile(a, reps))
-    same(ignis.tile(nv(a[0, 0], device), reps), np.tile(a[0, 0], reps))
+    a = uniform_array(rng, (2, 3), "int64")
+    assert_same(ignis.tile(nv(a, device), reps), np.tile(a, reps))
+    assert_same(ignis.tile(nv(a[0, 0], device), reps), np.tile(a[0, 0], reps))
     with pytest.raises(ValueError, match="repetitions must be >= 0"):
         ignis.tile(nv(a, device), (2, -1))
 
 
 def test_repeat(device: str, rng) -> None:
-    a = rand(rng, (3, 4), "float32")
+    a = uniform_array(rng, (3, 4), "float32")
     x = nv(a, device)
-    same(ignis.repeat(x, 3), np.repeat(a, 3))
-    same(ignis.repeat(x, 0, axis=1), np.repeat(a, 0, axis=1))
+    assert_same(ignis.repeat(x, 3), np.repeat(a, 3))
+    assert_same(ignis.repeat(x, 0, axis=1), np.repeat(a, 0, axis=1))
     counts = rng.integers(0, 4, 12)
-    same(ignis.repeat(x, nv(counts, device)), np.repeat(a, counts))
-    same(ignis.repeat(x, nv(counts[:4].astype(np.int32), device), axis=-1),
-         np.repeat(a, counts[:4], axis=-1))
-    same(ignis.repeat(x, nv(np.array([2], np.uint8), device), axis=0), np.repeat(a, 2, axis=0))
-    same(ignis.repeat(x, [1, 0, 2], axis=0), np.repeat(a, [1, 0, 2], axis=0))
-    same(ignis.repeat(x, nv(np.zeros(3, np.int64), device), axis=0), np.zeros((0, 4), a.dtype))
-    same(x.repeat(2, axis=0), np.repeat(a, 2, axis=0))  # the NvArray method
+    assert_same(ignis.repeat(x, nv(counts, device)), np.repeat(a, counts))
+    assert_same(ignis.repeat(x, nv(counts[:4].astype(np.int32), device), axis=-1),
+                np.repeat(a, counts[:4], axis=-1))
+    assert_same(ignis.repeat(x, nv(np.array([2], np.uint8), device), axis=0),
+                np.repeat(a, 2, axis=0))
+    assert_same(ignis.repeat(x, [1, 0, 2], axis=0), np.repeat(a, [1, 0, 2], axis=0))
+    assert_same(ignis.repeat(x, nv(np.zeros(3, np.int64), device), axis=0),
+                np.zeros((0, 4), a.dtype))
+    assert_same(x.repeat(2, axis=0), np.repeat(a, 2, axis=0))  # the NvArray method
     # a long run of one element and many short ones: every output finds its source
     counts = np.ones(5000, np.int64)
     counts[17] = 9000
-    big = rand(rng, (5000,), "int32")
-    same(ignis.repeat(nv(big, device), nv(counts, device)), np.repeat(big, counts))
+    big = uniform_array(rng, (5000,), "int32")
+    assert_same(ignis.repeat(nv(big, device), nv(counts, device)), np.repeat(big, counts))
 
 
 def test_repeat_waits_for_the_device_once(device: str, rng, monkeypatch) -> None:
-    x = nv(rand(rng, (6,), "float32"), device)
+    x = nv(uniform_array(rng, (6,), "float32"), device)
     counts = nv(np.array([1, 2, 0, 1, 3, 1]), device)
     reads = []
     real = NvArray.to_host
@@ -277,13 +250,13 @@ def test_eye(device: str, shape) -> None:
     for k in range(-rows - 1, width + 2):
         out = ignis.eye(rows, cols, k=k, device=device)
         assert out.dtype == ignis.zeros(1).dtype  # the default floating dtype
-        same(out, np.eye(rows, cols, k=k, dtype=out.dtype.numpy))
+        assert_same(out, np.eye(rows, cols, k=k, dtype=out.dtype.numpy))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_eye_dtypes(device: str, dtype: str) -> None:
     want = np.eye(3, 4, k=-1, dtype=np_dtype(dtype))
-    same(ignis.eye(3, 4, k=-1, dtype=dtype, device=device), want)
+    assert_same(ignis.eye(3, 4, k=-1, dtype=dtype, device=device), want)
 
 
 def test_eye_errors() -> None:
@@ -303,7 +276,7 @@ def test_linspace(device: str, dtype, endpoint: bool) -> None:
         assert out.dtype == want_dtype
         want = np.linspace(start, stop, num, endpoint=endpoint)
         if dtype == "int32":
-            same(out, want.astype(np.int32))
+            assert_same(out, want.astype(np.int32))
             continue
         close(out, want, want_dtype)
         if endpoint and num > 1:
@@ -325,12 +298,12 @@ def test_linspace_errors() -> None:
 @pytest.mark.parametrize("dtype", ["bool", "int16", "float32", "bfloat16"])
 def test_meshgrid(device: str, indexing: str, dtype: str, rng) -> None:
     for lengths in [(), (3,), (3, 4), (2, 0), (2, 3, 4)]:
-        arrays = [rand(rng, (n,), dtype) for n in lengths]
+        arrays = [uniform_array(rng, (n,), dtype) for n in lengths]
         got = ignis.meshgrid(*(nv(a, device) for a in arrays), indexing=indexing)
         want = np.meshgrid(*arrays, indexing=indexing)
         assert isinstance(got, list) and len(got) == len(want)
         for g, w, a in zip(got, want, arrays, strict=True):
-            same(g, w)
+            assert_same(g, w)
             assert g.is_contiguous and g.dtype == a.dtype
 
 
@@ -344,11 +317,11 @@ def test_meshgrid_errors(device: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_tril_triu(device: str, dtype: str, rng) -> None:
     for shape in [(4, 4), (3, 5), (2, 5, 3), (0, 3)]:
-        a = rand(rng, shape, dtype)
+        a = uniform_array(rng, shape, dtype)
         x = nv(a, device)
         for k in (-6, -1, 0, 2, 7):
-            same(ignis.tril(x, k=k), np.tril(a, k=k))
-            same(ignis.triu(x, k=k), np.triu(a, k=k))
+            assert_same(ignis.tril(x, k=k), np.tril(a, k=k))
+            assert_same(ignis.triu(x, k=k), np.triu(a, k=k))
     with pytest.raises(ValueError, match="tril: needs at least 2 dimensions"):
         ignis.tril(ignis.zeros(3, device=device))
     with pytest.raises(TypeError, match="k must be an int"):
@@ -360,28 +333,28 @@ def test_tril_triu(device: str, dtype: str, rng) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_take_along_axis(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (3, 4, 5), dtype)
+    a = uniform_array(rng, (3, 4, 5), dtype)
     x = nv(a, device)
     for axis in (0, 1, -1):
         n = a.shape[axis]
         shape = list(a.shape)
         shape[axis] = 6
         idx = rng.integers(-n, n, size=shape)
-        same(ignis.take_along_axis(x, nv(idx, device), axis=axis),
-             np.take_along_axis(a, idx, axis=axis))
+        assert_same(ignis.take_along_axis(x, nv(idx, device), axis=axis),
+                    np.take_along_axis(a, idx, axis=axis))
     # the other axes broadcast
     idx = rng.integers(0, 5, size=(1, 4, 2)).astype(np.int32)
-    same(ignis.take_along_axis(x, nv(idx, device), axis=2),
-         np.take_along_axis(a, np.broadcast_to(idx, (3, 4, 2)), axis=2))
+    assert_same(ignis.take_along_axis(x, nv(idx, device), axis=2),
+                np.take_along_axis(a, np.broadcast_to(idx, (3, 4, 2)), axis=2))
 
 
 def test_take_along_axis_sorts_and_errors(device: str, rng) -> None:
-    a = rand(rng, (4, 7), "float64")
+    a = uniform_array(rng, (4, 7), "float64")
     x = nv(a, device)
     order = np.argsort(a, axis=1)
-    same(ignis.take_along_axis(x, nv(order, device), axis=1), np.sort(a, axis=1))
-    same(ignis.take_along_axis(x, nv(np.zeros((4, 0), np.int64), device), axis=1),
-         np.zeros((4, 0)))
+    assert_same(ignis.take_along_axis(x, nv(order, device), axis=1), np.sort(a, axis=1))
+    assert_same(ignis.take_along_axis(x, nv(np.zeros((4, 0), np.int64), device), axis=1),
+                np.zeros((4, 0)))
     empty = ignis.take_along_axis(nv(np.zeros((3, 0)), device), nv(np.zeros((3, 2), int), device))
     assert np.isnan(empty.to_host()).all()  # out of range: NaN, as take
     with pytest.raises(ValueError, match="same number of dimensions"):
@@ -394,14 +367,14 @@ def test_take_along_axis_sorts_and_errors(device: str, rng) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_diff(device: str, dtype: str, rng) -> None:
-    a = rand(rng, (4, 6), dtype)
+    a = uniform_array(rng, (4, 6), dtype)
     x = nv(a, device)
     for axis in (0, -1):
         for n in (0, 1, 2, 5, 7):
-            same(ignis.diff(x, axis=axis, n=n), np.diff(a, axis=axis, n=n))
-    p, q = rand(rng, (4, 2), dtype), rand(rng, (4, 1), dtype)
-    same(ignis.diff(x, prepend=nv(p, device), append=nv(q, device)),
-         np.diff(a, prepend=p, append=q))
+            assert_same(ignis.diff(x, axis=axis, n=n), np.diff(a, axis=axis, n=n))
+    p, q = uniform_array(rng, (4, 2), dtype), uniform_array(rng, (4, 1), dtype)
+    assert_same(ignis.diff(x, prepend=nv(p, device), append=nv(q, device)),
+                np.diff(a, prepend=p, append=q))
     assert not is_view(ignis.diff(x, n=0), x)
 
 
@@ -420,10 +393,10 @@ def test_diff_errors(device: str) -> None:
 
 @pytest.mark.parametrize("dtype", NUMERIC + ["bool"])
 def test_tensordot(device: str, dtype: str, rng) -> None:
-    a, b = rand(rng, (3, 4, 5), dtype), rand(rng, (4, 5, 2), dtype)
+    a, b = uniform_array(rng, (3, 4, 5), dtype), uniform_array(rng, (4, 5, 2), dtype)
     x, y = nv(a, device), nv(b, device)
-    cases = [(2, a, b), (1, a, rand(rng, (5, 3), dtype)), (0, a[0], b[0]),
-             (([1, 0], [0, 1]), a, rand(rng, (4, 3, 2), dtype)), (([-1], [1]), a, b)]
+    cases = [(2, a, b), (1, a, uniform_array(rng, (5, 3), dtype)), (0, a[0], b[0]),
+             (([1, 0], [0, 1]), a, uniform_array(rng, (4, 3, 2), dtype)), (([-1], [1]), a, b)]
     for axes, p, q in cases:
         want = np.tensordot(p.astype(np.float64) if dtype in TOL else p,
                             q.astype(np.float64) if dtype in TOL else q, axes=axes)
@@ -434,7 +407,7 @@ def test_tensordot(device: str, dtype: str, rng) -> None:
 
 
 def test_tensordot_promotes_and_errors(device: str, rng) -> None:
-    a, b = rand(rng, (2, 3), "int8"), rand(rng, (3, 2), "float32")
+    a, b = uniform_array(rng, (2, 3), "int8"), uniform_array(rng, (3, 2), "float32")
     got = ignis.tensordot(nv(a, device), nv(b, device), axes=1)
     assert got.dtype == "float32"
     close(got, np.tensordot(a.astype(np.float64), b.astype(np.float64), axes=1), "float32")
@@ -453,7 +426,7 @@ def test_tensordot_promotes_and_errors(device: str, rng) -> None:
 def test_vecdot(device: str, dtype: str, rng) -> None:
     for s1, s2, axis in [((4,), (4,), -1), ((3, 4), (4,), -1), ((2, 1, 5), (3, 5), -1),
                          ((4, 3), (2, 4, 3), -2), ((5, 0), (5, 0), -1)]:
-        a, b = rand(rng, s1, dtype), rand(rng, s2, dtype)
+        a, b = uniform_array(rng, s1, dtype), uniform_array(rng, s2, dtype)
         got = ignis.vecdot(nv(a, device), nv(b, device), axis=axis)
         wide = np.float64 if dtype in TOL else np.int64
         want = np.sum(np.moveaxis(a.astype(wide), axis, -1)[..., None, :]

@@ -160,9 +160,9 @@ def test_function_methods_and_operators_are_one_op(device, op, rng) -> None:
     for dunder in op.operators:
         if op.arity == 1:  # (__invert__ is not in place)
             got = getattr(arrays[0], dunder)()
-        elif dunder.startswith("__r"):
+        elif op.operator_form(dunder) == "reflected":
             got = getattr(arrays[1], dunder)(arrays[0])
-        elif dunder.startswith("__i"):
+        elif op.operator_form(dunder) == "inplace":
             got = arrays[0].clone()
             got = getattr(got, dunder)(arrays[1])
         else:
@@ -195,3 +195,26 @@ def test_a_malformed_entry_is_refused() -> None:
         ElementwiseOp("f", 1, "floaty", np.exp, "op_exp", "doc")
     with pytest.raises(ValueError, match="saves"):
         ElementwiseOp("f", 1, "float", np.exp, "op_exp", "doc", saves=("y",))
+
+
+@pytest.mark.parametrize("op", [op for op in BINARY if op.operators], ids=_ids)
+def test_python_operators_are_the_op(device, op, rng) -> None:
+    # Through Python's own operator dispatch (the operator module), not the dunder names: x >> y
+    # must be bitwise_right_shift(x, y), 3 >> y its reflected form, x >>= y in place.
+    import operator
+
+    dtype = "float32" if _takes(op, "float32") else "int32"
+    a, b = (NvArray.from_host(_sample(rng, op, SHAPE, dtype), device=device) for _ in range(2))
+    fn = getattr(ignis, op.name)
+    scalar = 2 if dtype == "int32" else 2.0
+    for dunder in op.operators:
+        form = op.operator_form(dunder)
+        name = dunder.strip("_")[1:] if form == "reflected" else dunder.strip("_")
+        py = getattr(operator, name, None) or getattr(operator, name + "_")
+        if form == "reflected":
+            got, want = py(scalar, b), fn(scalar, b)
+        elif form == "inplace":
+            got, want = py(a.clone(), b), fn(a, b)
+        else:
+            got, want = py(a, b), fn(a, b)
+        np.testing.assert_array_equal(got.to_host(), want.to_host(), err_msg=dunder)

@@ -14,22 +14,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _dtypes as dt
+from .._exports import defined_here
 from . import random as _random
 from ._cpu_backend import host_view
 
 if TYPE_CHECKING:
     from .array import NvArray
-
-__all__ = [
-    "take",
-    "index_add",
-    "put",
-    "nonzero_flat",
-    "repeat_index",
-    "dropout",
-    "dropout_backward",
-    "rope",
-]
 
 _HALF = (dt.float16, dt.bfloat16)
 
@@ -146,3 +136,8 @@ def nonzero_flat(out: NvArray, mask: NvArray) -> None:
 def repeat_index(out: NvArray, repeats: NvArray) -> None:
     r = host_view(repeats)
     host_view(out)[...] = np.repeat(np.arange(r.shape[0], dtype=np.int64), r)
+
+
+# Exports: the public functions above (the family hooks _families.py points at among them),
+# read from the module so that no second list of them is kept here.
+__all__ = defined_here(globals())

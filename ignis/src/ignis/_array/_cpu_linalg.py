@@ -24,15 +24,29 @@ __all__ = ["cholesky", "solve", "slogdet", "qr", "eigh", "svd"]
 _LinAlgError = np.linalg.LinAlgError
 
 
-def _per_matrix(fn: Callable[[int], None], batch: int, info: np.ndarray,
-                code: Callable[[int], int]) -> None:
-    """Run ``fn(b)`` for every matrix ``b``; where it raises LinAlgError, ``info[b] = code(b)``."""
+def _stack_then_each(run: Callable[[Any], None], batch: int, info: np.ndarray,
+                     code: Callable[[int], int] | None = None,
+                     failed: np.ndarray | None = None) -> None:
+    """``run(...)`` on the whole stack and ``info`` zeroed; where that raises LinAlgError,
+    ``run(b)`` for each matrix ``b`` in turn: ``info[b] = 0`` where it succeeds, else
+    ``info[b] = code(b)`` (default 1) and, where ``failed`` (an output) is given,
+    ``failed[b] = NaN`` rather than whatever was there.
+
+    Example: ``_stack_then_each(lambda i: o.__setitem__(i, np.linalg.inv(a[i])), n, info)``."""
+    try:
+        run(Ellipsis)
+        info[...] = 0
+        return
+    except _LinAlgError:
+        pass
     for b in range(batch):
         try:
-            fn(b)
+            run(b)
             info[b] = 0
         except _LinAlgError:
-            info[b] = code(b)
+            info[b] = 1 if code is None else code(b)
+            if failed is not None:
+                failed[b] = np.nan
 
 
 def _failing_minor(a: np.ndarray) -> int:
@@ -55,39 +69,21 @@ def cholesky(out: NvArray, info: NvArray, x: NvArray, upper: bool) -> None:
     # (NumPy 1.x has no upper=).
     src = a.swapaxes(-1, -2) if upper else a
 
-    def factor(s: np.ndarray) -> np.ndarray:
-        f = np.linalg.cholesky(s)
-        return f.swapaxes(-1, -2) if upper else f
+    def run(i: Any) -> None:
+        f = np.linalg.cholesky(src[i])
+        o[i] = f.swapaxes(-1, -2) if upper else f
 
-    try:
-        o[...] = factor(src)
-        inf[...] = 0
-    except _LinAlgError:
-        def one(b: int) -> None:
-            try:
-                o[b] = factor(src[b])
-            except _LinAlgError:
-                o[b] = np.nan
-                raise
-
-        _per_matrix(one, a.shape[0], inf, lambda b: _failing_minor(src[b]))
+    _stack_then_each(run, a.shape[0], inf, lambda b: _failing_minor(src[b]), o)
 
 
 def solve(out: NvArray, info: NvArray, a: NvArray, b: NvArray) -> None:
     av, bv, o, inf = host_view(a), host_view(b), host_view(out), host_view(info)
-    with np.errstate(all="ignore"):
-        try:
-            o[...] = np.linalg.solve(av, bv)
-            inf[...] = 0
-        except _LinAlgError:
-            def one(i: int) -> None:
-                try:
-                    o[i] = np.linalg.solve(av[i], bv[i])
-                except _LinAlgError:
-                    o[i] = np.nan
-                    raise
 
-            _per_matrix(one, av.shape[0], inf, lambda i: 1)
+    def run(i: Any) -> None:
+        o[i] = np.linalg.solve(av[i], bv[i])
+
+    with np.errstate(all="ignore"):
+        _stack_then_each(run, av.shape[0], inf, failed=o)
 
 
 def slogdet(sign: NvArray | None, logabsdet: NvArray | None, det: NvArray | None,
@@ -114,18 +110,14 @@ def eigh(w: NvArray, v: NvArray | None, info: NvArray, x: NvArray) -> None:
     a, wv, inf = host_view(x), host_view(w), host_view(info)
     vv = None if v is None else host_view(v)
 
-    def run(src: np.ndarray, i: Any) -> None:
+    def run(i: Any) -> None:
         if vv is None:
-            wv[i] = np.linalg.eigvalsh(src)
+            wv[i] = np.linalg.eigvalsh(a[i])
         else:
-            wv[i], vv[i] = np.linalg.eigh(src)
+            wv[i], vv[i] = np.linalg.eigh(a[i])
 
     with np.errstate(all="ignore"):
-        try:
-            run(a, Ellipsis)
-            inf[...] = 0
-        except _LinAlgError:
-            _per_matrix(lambda b: run(a[b], b), a.shape[0], inf, lambda b: 1)
+        _stack_then_each(run, a.shape[0], inf)
 
 
 def svd(u: NvArray | None, s: NvArray, vh: NvArray | None, info: NvArray, x: NvArray,
@@ -134,15 +126,11 @@ def svd(u: NvArray | None, s: NvArray, vh: NvArray | None, info: NvArray, x: NvA
     uv = None if u is None else host_view(u)
     vhv = None if vh is None else host_view(vh)
 
-    def run(src: np.ndarray, i: Any) -> None:
+    def run(i: Any) -> None:
         if uv is None:
-            sv[i] = np.linalg.svd(src, compute_uv=False)
+            sv[i] = np.linalg.svd(a[i], compute_uv=False)
         else:
-            uv[i], sv[i], vhv[i] = np.linalg.svd(src, full_matrices=full_matrices)
+            uv[i], sv[i], vhv[i] = np.linalg.svd(a[i], full_matrices=full_matrices)
 
     with np.errstate(all="ignore"):
-        try:
-            run(a, Ellipsis)
-            inf[...] = 0
-        except _LinAlgError:
-            _per_matrix(lambda b: run(a[b], b), a.shape[0], inf, lambda b: 1)
+        _stack_then_each(run, a.shape[0], inf)

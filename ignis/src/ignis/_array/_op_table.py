@@ -152,6 +152,14 @@ class ElementwiseOp:
             raise ValueError(f"{self.name}: {key} must be {listed}, got {value!r}")
         return value
 
+    def operator_form(self, dunder: str) -> str:
+        """``forward``, ``reflected`` or ``inplace``: what the operator ``dunder`` of this op
+        is (``__rshift__`` is a forward operator, ``__rrshift__`` its reflected form)."""
+        base = "__" + dunder[3:]
+        if base in self.operators and dunder[2] in "ri":
+            return "reflected" if dunder[2] == "r" else "inplace"
+        return "forward"
+
     @property
     def defaults(self) -> dict[str, str]:
         """Each option's default value."""
@@ -610,7 +618,8 @@ _OPS = (
                   "The real part; a copy for real dtypes.",
                   lambda g, need: (g,), (), fresh=False),
     ElementwiseOp("imag", 1, "numeric", lambda x: np.zeros_like(np.imag(x)), "op_zero",
-                  "The imaginary part; zeros for real dtypes.", _zero, ()),
+                  "The imaginary part; zeros for real dtypes.", _zero, (),
+                  torch="zeros_like"),  # (torch.imag refuses real tensors)
     # rounding and sign (integers come back as they are)
     ElementwiseOp("floor", 1, "numeric", np.floor, "op_floor",
                   "The largest integer ``<= x`` (same dtype).", _zero, (), sample=(0.1, 0.9)),

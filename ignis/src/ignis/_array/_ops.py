@@ -478,10 +478,10 @@ def _op_sources(op: ElementwiseOp) -> tuple[Source, dict[str, Source]]:
         if d in ("__eq__", "__ne__"):  # a foreign operand: Python's identity comparison
             body = ["if not _is_operand(b):", "    return NotImplemented"]
             methods[d] = ("a, b", [*body, f"return _binary({name!r}, a, b)"])
-        elif d.startswith("__i"):  # in place: dst op= other
+        elif op.operator_form(d) == "inplace":  # dst op= other
             body = ["if _foreign(b):", "    return NotImplemented"]
             methods[d] = ("a, b", [*body, f"return _inplace({name!r}, a, b, {d!r})"])
-        elif d.startswith("__r"):  # reflected: the array is the right operand
+        elif op.operator_form(d) == "reflected":  # the array is the right operand
             methods[d] = ("b, a", [f"return _binary({name!r}, a, b, True)"])
         else:
             methods[d] = ("a, b", [f"return _binary({name!r}, a, b, True)"])

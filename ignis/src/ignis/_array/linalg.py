@@ -577,37 +577,38 @@ def solve(x1: NvArray, x2: NvArray, /) -> NvArray:
     return out[..., 0] if vector else out
 
 
+def _determinants(x: Any, op: str, det: bool) -> tuple[NvArray, ...]:
+    """The ``linalg_slogdet`` family on the square matrices ``x`` for ``op``: ``(det,)`` when
+    ``det``, else ``(sign, logabsdet)``, each of ``x``'s batch shape. A 0 x 0 matrix has
+    determinant 1 (sign 1, log 0), as NumPy's."""
+    x = _factor_dtype(_matrices(x, op, square=True), op)
+    batch = x._shape[:-2]
+    if x._shape[-1] == 0 or _layout.numel(batch) == 0:
+        one = _new(batch, x._dtype, x)
+        if one.numel:
+            one._backend.fill(one, 1)
+        return (one,) if det else (one, _zeros(batch, x._dtype, x))
+    x3 = _stack(x)
+    first = _new(x3._shape[:1], x._dtype, x)
+    if det:
+        x._backend.kernels.linalg_slogdet(None, None, first, x3)
+        return (first.reshape(batch),)
+    logabs = _new(x3._shape[:1], x._dtype, x)
+    x._backend.kernels.linalg_slogdet(first, logabs, None, x3)
+    return first.reshape(batch), logabs.reshape(batch)
+
+
 def slogdet(x: NvArray, /) -> SlogdetResult:
     """Sign and natural log of the absolute determinant of each matrix of ``x``
     ``(..., M, M)``: a singular matrix gives ``(0, -inf)``. Example:
     ``sign, logabsdet = ignis.linalg.slogdet(a)``."""
-    x = _factor_dtype(_matrices(x, "slogdet", square=True), "slogdet")
-    batch = x._shape[:-2]
-    if x._shape[-1] == 0 or _layout.numel(batch) == 0:
-        sign = _new(batch, x._dtype, x)
-        if sign.numel:
-            sign._backend.fill(sign, 1)
-        return SlogdetResult(sign, _zeros(batch, x._dtype, x))
-    x3 = _stack(x)
-    sign, logabs = _new(x3._shape[:1], x._dtype, x), _new(x3._shape[:1], x._dtype, x)
-    x._backend.kernels.linalg_slogdet(sign, logabs, None, x3)
-    return SlogdetResult(sign.reshape(batch), logabs.reshape(batch))
+    return SlogdetResult(*_determinants(x, "slogdet", det=False))
 
 
 def det(x: NvArray, /) -> NvArray:
     """Determinant of each matrix of ``x`` ``(..., M, M)`` (0 for a singular one).
     Example: ``ignis.linalg.det(a)``."""
-    x = _factor_dtype(_matrices(x, "det", square=True), "det")
-    batch = x._shape[:-2]
-    if x._shape[-1] == 0 or _layout.numel(batch) == 0:
-        out = _new(batch, x._dtype, x)
-        if out.numel:
-            out._backend.fill(out, 1)
-        return out
-    x3 = _stack(x)
-    out = _new(x3._shape[:1], x._dtype, x)
-    x._backend.kernels.linalg_slogdet(None, None, out, x3)
-    return out.reshape(batch)
+    return _determinants(x, "det", det=True)[0]
 
 
 def qr(x: NvArray, /, *, mode: str = "reduced") -> QRResult:

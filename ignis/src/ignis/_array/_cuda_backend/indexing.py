@@ -27,23 +27,12 @@ from typing import TYPE_CHECKING, Any
 from ... import _dtypes as dt
 from ... import _tuning
 from ..._caches import PlanCache
+from ..._exports import defined_here
 from ..._tuning import IndexingSettings
 from ._kernels import CTYPE, library_kernel
 
 if TYPE_CHECKING:
     from ..array import NvArray
-
-__all__ = [
-    "take",
-    "index_add",
-    "put",
-    "nonzero_flat",
-    "repeat_index",
-    "dropout",
-    "dropout_backward",
-    "rope",
-    "kernel_names",
-]
 
 THREADS = 256  # threads per block (dropout.cu's dropout_threads: its launch bound)
 
@@ -418,3 +407,8 @@ def rope(
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
 _tuning.keep_module_names(sys.modules[__name__], "indexing")
+
+
+# Exports: the public functions above (the family hooks _families.py points at among them),
+# read from the module so that no second list of them is kept here.
+__all__ = defined_here(globals())
