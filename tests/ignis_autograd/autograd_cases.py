@@ -226,6 +226,19 @@ CASES: list[Case] = [
         lambda a: a.var(dim=-1, unbiased=False, keepdim=True),
         (Arg((4, 5)),),
     ),
+    Case(
+        "std_axis_correction1",
+        lambda a: a.std(axis=0, correction=1),
+        lambda a: a.std(dim=0, correction=1),
+        (Arg((4, 5)),),
+    ),
+    Case("std_all", lambda a: ag.std(a), lambda a: a.std(correction=0), (Arg((3, 5)),)),
+    Case(
+        "prod_axis",
+        lambda a: a.prod(axis=1),
+        lambda a: a.prod(dim=1),
+        (Arg((3, 4), "away0"),),  # the rule divides by each element
+    ),
     Case("softmax", lambda a: a.softmax(), lambda a: a.softmax(-1), (Arg((3, 5)),)),
     Case("softmax_axis0", lambda a: ag.softmax(a, axis=0), lambda a: a.softmax(0), (Arg((3, 5)),)),
     Case("log_softmax", lambda a: a.log_softmax(), lambda a: a.log_softmax(-1), (Arg((3, 5)),)),

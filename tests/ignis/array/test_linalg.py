@@ -441,11 +441,11 @@ def _emu_case(monkeypatch, batched=True):
 
 
 def _cpu(a):
-    return ignis.asarray(np.ascontiguousarray(a))
+    return ignis.asarray(np.ascontiguousarray(a), device="cpu")
 
 
 def _out(shape, dtype="float64"):
-    return ignis.empty(shape, dtype=dtype)
+    return ignis.empty(shape, dtype=dtype, device="cpu")
 
 
 @pytest.mark.parametrize("batched", [True, False])

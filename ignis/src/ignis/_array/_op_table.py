@@ -108,7 +108,8 @@ class ElementwiseOp:
             ``__iadd__``, ...: reflected and in-place forms are told by their prefix).
         params: keyword options of the op: name -> the accepted values, default first.
         sample: a range of inputs on which the op is smooth and finite (for tests).
-        torch: the PyTorch function for the agreement tests (default ``torch.<name>``).
+        torch: the PyTorch function for the agreement tests (default ``torch.<name>``; ``""``:
+            none for real tensors).
         aliases: further names of the function (NumPy's: ``arccos`` for ``acos``).
         half: float16/bfloat16 are computed in float32 and rounded (False: refused, where
             that would give a wrong answer, as for ``nextafter``).
@@ -619,7 +620,7 @@ _OPS = (
                   lambda g, need: (g,), (), fresh=False),
     ElementwiseOp("imag", 1, "numeric", lambda x: np.zeros_like(np.imag(x)), "op_zero",
                   "The imaginary part; zeros for real dtypes.", _zero, (),
-                  torch="zeros_like"),  # (torch.imag refuses real tensors)
+                  torch=""),  # torch.imag refuses real tensors
     # rounding and sign (integers come back as they are)
     ElementwiseOp("floor", 1, "numeric", np.floor, "op_floor",
                   "The largest integer ``<= x`` (same dtype).", _zero, (), sample=(0.1, 0.9)),
