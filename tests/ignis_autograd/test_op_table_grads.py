@@ -112,3 +112,14 @@ def test_values_and_gradients_agree_with_pytorch(device, op, dtype, rng) -> None
 def test_every_differentiable_op_is_exported_once(op) -> None:
     assert ag.__all__.count(op.name) == 1
     assert getattr(ag, op.name).__doc__ == op.doc
+
+
+def test_power_gradient_at_zero_to_the_zero_is_zero(device) -> None:
+    # d(a**b)/da = b * a**(b-1): 0 * inf at a == b == 0, whose limit (PyTorch's value) is 0
+    a = Tensor.from_host([0.0, 0.0, 2.0, 0.0], dtype="float64", device=device)
+    b = Tensor.from_host([0.0, 1.0, 0.0, 2.0], dtype="float64", device=device)
+    a.requires_grad = True
+    b.requires_grad = True
+    (a**b).sum().backward()
+    np.testing.assert_array_equal(a.grad.to_host(), [0.0, 1.0, 0.0, 0.0])
+    np.testing.assert_array_equal(b.grad.to_host(), [0.0, 0.0, np.log(2.0), 0.0])

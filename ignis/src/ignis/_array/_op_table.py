@@ -293,7 +293,8 @@ def _power_grad(g, need, a, b, out):
             else:
                 ga = g * (a ** (b - 1) * b)
         else:
-            ga = unbroadcast(g * (a ** (b - 1)) * b, _shape(a))
+            # b * a**(b-1) is 0 * inf at a == b == 0: the limit 0 there (as PyTorch)
+            ga = unbroadcast(_ops.where(b == 0, 0.0, g * (a ** (b - 1)) * b), _shape(a))
     if need[1]:
         if hasattr(a, "shape"):
             # d/db a**b = a**b log a; at a == 0 the limit is 0 (as PyTorch), not nan.
