@@ -312,17 +312,18 @@ __global__ void optim_sumsq_partial(const int64* table, int T_, int K, int B, in
   if (threadIdx.x == 0) partial[blockIdx.x] = (double)total;
 }
 
-// One block. out[0] = sqrt(sum of partial[0..n)) as float32.
-extern "C" __global__ void ignis_optim_norm_final(const double* partial, int n, float* out) {
+// One block. out[0] = sqrt(sum of partial[0..n)) as O (float32, or float64 for float64 data).
+template <class O> __global__ void optim_norm_final(const double* partial, int n, O* out) {
   __shared__ double shared[32];
   double acc = 0.0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
   acc = optim::block_sum(acc, shared);
-  if (threadIdx.x == 0) out[0] = (float)sqrt(acc);
+  if (threadIdx.x == 0) out[0] = (O)sqrt(acc);
 }
 
 // --- scale with a non-finite check ---------------------------------------------------------------
-// x *= f for slot 0 of every tensor, where f comes from the device scalar `factor`:
+// x *= f for slot 0 of every tensor, where f comes from the device scalar `factor` (of type F,
+// in whose precision f is computed: float32, or float64 for a float64 norm):
 //   mode 0: f = factor[0];  mode 1: f = 1 / factor[0] (loss-scale unscaling);
 //   mode 2: f = min(1, max_norm / (factor[0] + 1e-6)) (gradient clipping; factor is the norm).
 // With found_inf, any non-finite input element sets found_inf[0] = 1.
@@ -346,18 +347,22 @@ template <class T> struct Scale {
 
 }  // namespace optim
 
-template <class T>
+template <class T, class F>
 __global__ void optim_scale(const int64* table, int T_, int K, int B, int64 chunk,
-                            const float* factor, int mode, float max_norm, float* found_inf) {
+                            const F* factor, int mode, double max_norm, float* found_inf) {
   using namespace optim;
   Table tb = {table, T_, K, B};
   Range r = block_range(tb, chunk);
   Scale<T> f;
   typedef typename Scale<T>::M M;
   f.x = tb.ptr(0, r.tensor);
-  float s = factor[0];
-  if (mode == 1) s = 1.0f / s;
-  else if (mode == 2) s = fminf(1.0f, max_norm / (s + 1e-6f));
+  F s = factor[0];
+  if (mode == 1) {
+    s = F(1) / s;
+  } else if (mode == 2) {
+    F c = F(max_norm) / (s + F(1e-6));
+    s = c < F(1) ? c : F(1);  // min(1, c); a NaN c gives 1, as fminf(1, NaN) does
+  }
   f.f = (M)s;
   f.check = found_inf != 0;
   f.bad = false;

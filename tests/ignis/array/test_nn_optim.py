@@ -299,8 +299,8 @@ def test_l2_norm_matches_numpy_and_is_deterministic(device, dtype):
     xs = [_arr(h, device, dtype) for h in _rand(rng, SHAPES + [(0,)])]
     want = math.sqrt(sum(float(np.sum(_host(x) ** 2)) for x in xs))
     out = nn.multi_tensor_l2_norm(xs)
-    assert out.shape == () and out.dtype is ignis.float32
-    assert float(out.item()) == pytest.approx(want, rel=1e-5)
+    assert out.shape == () and out.dtype == ("float64" if dtype == "float64" else "float32")
+    assert float(out.item()) == pytest.approx(want, rel=1e-5 if dtype != "float64" else 1e-13)
     assert float(nn.multi_tensor_l2_norm(xs).item()) == float(out.item())  # same bits
 
 
@@ -364,6 +364,25 @@ def test_zero_of_mixed_dtypes_zeroes_each(device):
           for s, d in [((9,), "float32"), ((5, 3), "bfloat16"), ((70,), "float32")]]
     nn.multi_tensor_zero_(xs)
     assert all(not np.asarray(x.to_host()).view(np.uint8).any() for x in xs)
+
+
+def test_float64_gradients_are_clipped_at_their_precision(device, rng):
+    # the norm and the coefficient in float64, as torch.nn.utils.clip_grad_norm_ computes them
+    # for float64 gradients (float32 arithmetic gave relative errors of about 4e-9)
+    hosts = [rng.standard_normal(n) * 3.0 for n in (1000, 37)]
+    xs = [ignis.asarray(h, device=device, copy=True) for h in hosts]  # (clipped in place)
+    norm = nn.multi_tensor_l2_norm(xs)
+    want = math.sqrt(sum(float(np.sum(h * h)) for h in hosts))
+    assert norm.dtype is ignis.float64
+    assert float(norm.item()) == pytest.approx(want, rel=1e-14)
+    nn.multi_tensor_clip_(xs, norm, max_norm=1.0)
+    coef = 1.0 / (want + 1e-6)
+    for x, h in zip(xs, hosts, strict=True):
+        np.testing.assert_allclose(x.to_host(), h * coef, rtol=1e-14)
+    mixed = [ignis.asarray(hosts[0], device=device), ignis.asarray(hosts[1], dtype="float32",
+                                                                   device=device)]
+    assert nn.multi_tensor_l2_norm(mixed).dtype is ignis.float64  # the widest precision
+    assert nn.multi_tensor_l2_norm(mixed[1:]).dtype is ignis.float32
 
 
 def test_clip_scales_by_min_one_max_norm_over_norm(device):
@@ -617,8 +636,8 @@ def test_cuda_hooks_launch_compiled_kernels_with_matching_arguments(monkeypatch)
     assert names == [
         "ignis::ignis_optim_step_count", "ignis::optim_adam<ignis::bfloat16, float, float>",
         "ignis::ignis_optim_step_count", "ignis::optim_sgd<ignis::bfloat16, float, float>",
-        "ignis::optim_sumsq_partial<float>", "ignis::ignis_optim_norm_final",
-        "ignis::optim_scale<float>", "ignis::ignis_optim_update_scale",
+        "ignis::optim_sumsq_partial<float>", "ignis::optim_norm_final<float>",
+        "ignis::optim_scale<float, float>", "ignis::ignis_optim_update_scale",
         "ignis::optim_zero<float>",
     ]
     src = _sources.read_source("optim.cu")

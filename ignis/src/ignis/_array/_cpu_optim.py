@@ -152,18 +152,19 @@ def l2_norm(out: NvArray, tensors: list[NvArray]) -> None:
         acc = np.float64 if v.dtype == np.float64 else np.float32
         w = v.astype(acc)
         total += float(np.sum(w * w, dtype=acc))
-    host_view(out)[...] = np.float32(np.sqrt(total))
+    host_view(out)[...] = out.dtype.numpy.type(np.sqrt(total))
 
 
 def scale(
     tensors: list[NvArray], factor: NvArray, mode: int, max_norm: float, found_inf: NvArray | None
 ) -> None:
-    f = np.float32(host_view(factor).reshape(-1)[0])
+    f = host_view(factor).reshape(-1)[0]  # float32 or float64: f is computed in its precision
+    one = f.dtype.type(1)
     with np.errstate(all="ignore"):
         if mode == 1:
-            f = np.float32(1) / f
+            f = one / f
         elif mode == 2:
-            f = np.minimum(np.float32(1), np.float32(max_norm) / (f + np.float32(1e-6)))
+            f = np.minimum(one, f.dtype.type(max_norm) / (f + f.dtype.type(1e-6)))
         bad = False
         for x in tensors:
             v = host_view(x)

@@ -393,18 +393,18 @@ family(
 
 family(
     "optim_l2_norm", "out tensors",
-    """``out`` (float32, one element) = L2 norm of all elements of ``tensors`` (one dtype,
-    contiguous, at least one tensor), float32 accumulation (float64 for float64), in an order
-    that depends only on the sizes (deterministic).""",
+    """``out`` (one element, float32, or float64 for float64 tensors) = L2 norm of all elements
+    of ``tensors`` (one dtype, contiguous, at least one tensor), float32 accumulation (float64
+    for float64), in an order that depends only on the sizes (deterministic).""",
     cpu="_cpu_optim.l2_norm", cuda="optim.l2_norm",
 )
 
 family(
     "optim_scale", "tensors factor mode max_norm found_inf",
     """``x *= f`` for every array of ``tensors`` (one dtype, contiguous), ``f`` from the float32
-    device scalar ``factor``: mode 0 ``f = factor``, 1 ``f = 1 / factor``, 2
-    ``f = min(1, max_norm / (factor + 1e-6))`` (float32). With ``found_inf``, a non-finite input
-    element sets it to 1 (it is never cleared).""",
+    or float64 device scalar ``factor``, computed in its precision: mode 0 ``f = factor``, 1
+    ``f = 1 / factor``, 2 ``f = min(1, max_norm / (factor + 1e-6))``. With ``found_inf``, a
+    non-finite input element sets it to 1 (it is never cleared).""",
     cpu="_cpu_optim.scale", cuda="optim.scale",
 )
 

@@ -458,11 +458,12 @@ def _float_list(tensors: Any, op: str, contiguous: bool) -> list[NvArray]:
 
 
 def multi_tensor_l2_norm(tensors: Sequence[NvArray], device: Any = None) -> NvArray:
-    """The L2 norm of all elements of all ``tensors`` together, as a float32 device scalar.
+    """The L2 norm of all elements of all ``tensors`` together, as a device scalar: float64
+    when any of them is float64 (the gradients' precision, as PyTorch), else float32.
 
     ``sqrt(sum over tensors of sum(x**2))``, accumulated in float32 (float64 for float64 data)
-    in a fixed order: the same inputs give the same bits. An empty list gives 0 (on ``device``,
-    default the default device). Nothing is synchronized.
+    in a fixed order: the same inputs give the same bits. An empty list gives 0 (float32, on
+    ``device``, default the default device). Nothing is synchronized.
 
     Example: ``total = multi_tensor_l2_norm([p.grad for p in params])``.
     """
@@ -473,8 +474,9 @@ def multi_tensor_l2_norm(tensors: Sequence[NvArray], device: Any = None) -> NvAr
         return NvArray.zeros((), dtype=dt.float32, device=dev)
     backend = get_backend(dev)
     parts = []
+    wide = any(x.dtype is dt.float64 for x in xs)
     for idx in _groups(len(xs), lambda i: xs[i].dtype).values():
-        out = NvArray.empty((), dtype=dt.float32, device=dev)
+        out = NvArray.empty((), dtype=dt.float64 if wide else dt.float32, device=dev)
         backend.kernels.optim_l2_norm(out, [_readable(xs[i]) for i in idx])
         parts.append(out)
     if len(parts) == 1:
@@ -528,14 +530,15 @@ def multi_tensor_zero_(tensors: Sequence[NvArray]) -> None:
 def multi_tensor_clip_(tensors: Sequence[NvArray], total_norm: NvArray, max_norm: float) -> None:
     """Gradient clipping given the norm: ``x *= min(1, max_norm / (total_norm + 1e-6))``.
 
-    The coefficient is computed on the device from the float32 device scalar ``total_norm``
-    (from :func:`multi_tensor_l2_norm`), in float32 like ``torch.nn.utils.clip_grad_norm_``.
+    The coefficient is computed on the device from the float32 or float64 device scalar
+    ``total_norm`` (from :func:`multi_tensor_l2_norm`), in its precision, like
+    ``torch.nn.utils.clip_grad_norm_``.
 
     Example: ``multi_tensor_clip_(grads, multi_tensor_l2_norm(grads), max_norm=1.0)``.
     """
     op = "multi_tensor_clip_"
     xs = _float_list(tensors, op, contiguous=True)
-    total_norm = _scalar(total_norm, op, "total_norm")
+    total_norm = _scalar(total_norm, op, "total_norm", (dt.float32, dt.float64))
     max_norm = float(max_norm)
     if not max_norm >= 0:
         raise ValueError(f"{op}: max_norm must be >= 0, got {max_norm!r}")

@@ -2,7 +2,7 @@
 
 Example::
 
-    >>> total = clip_grad_norm_(model_params, max_norm=1.0)   # a float32 device scalar
+    >>> total = clip_grad_norm_(model_params, max_norm=1.0)   # a device scalar
     >>> float(total)                                          # only this synchronizes
 """
 
@@ -24,7 +24,8 @@ __all__ = ["clip_grad_norm_"]
 def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float,
                     norm_type: float = 2.0) -> NvArray:
     """Scale the gradients of ``params`` in place so that their global L2 norm is at most
-    ``max_norm``; returns the norm before clipping as a float32 device scalar.
+    ``max_norm``; returns the norm before clipping as a device scalar, computed and returned at
+    the gradients' precision (float64 when any gradient is float64, else float32).
 
     Like ``torch.nn.utils.clip_grad_norm_``: ``coef = min(1, max_norm / (norm + 1e-6))`` and
     every gradient is multiplied by it, all on the device (two launches for the norm, one for

@@ -49,10 +49,11 @@ def name_expressions() -> list[str]:
     names = [f"ignis::optim_sgd<{p}, {g}, {s}>" for p, g, s in combos]
     names += [f"ignis::optim_adam<{p}, {g}, {s}>" for p, g, s in combos]
     for t in ("float", "double", "ignis::float16", "ignis::bfloat16"):
-        names += [f"ignis::optim_sumsq_partial<{t}>", f"ignis::optim_scale<{t}>"]
-        names.append(f"ignis::optim_zero<{t}>")
+        names += [f"ignis::optim_sumsq_partial<{t}>", f"ignis::optim_zero<{t}>"]
+        names += [f"ignis::optim_scale<{t}, {f}>" for f in ("float", "double")]
+    names += [f"ignis::optim_norm_final<{o}>" for o in ("float", "double")]
     # extern "C" kernels still live in namespace ignis: their name expressions are qualified.
-    names += [f"ignis::ignis_optim_{k}" for k in ("step_count", "norm_final", "update_scale")]
+    names += [f"ignis::ignis_optim_{k}" for k in ("step_count", "update_scale")]
     return names
 
 
@@ -205,7 +206,7 @@ def l2_norm(backend: Any, out: NvArray, tensors: list[NvArray]) -> None:
     if B:
         _launch(backend, f"ignis::optim_sumsq_partial<{CTYPE[tensors[0].dtype.name]}>", B,
                 THREADS, [backend.data_ptr(table), T, 1, B, chunk, backend.data_ptr(partial)])
-    _launch(backend, "ignis::ignis_optim_norm_final", 1, NORM_THREADS,
+    _launch(backend, f"ignis::optim_norm_final<{CTYPE[out.dtype.name]}>", 1, NORM_THREADS,
             [backend.data_ptr(partial), B, backend.data_ptr(out)])
 
 
@@ -213,7 +214,8 @@ def scale(backend: Any, tensors: list[NvArray], factor: NvArray, mode: int, max_
           found_inf: NvArray | None) -> None:
     table, T, B, chunk = _single_table(backend, tensors)
     if B:
-        _launch(backend, f"ignis::optim_scale<{CTYPE[tensors[0].dtype.name]}>", B, THREADS,
+        name = f"ignis::optim_scale<{CTYPE[tensors[0].dtype.name]}, {CTYPE[factor.dtype.name]}>"
+        _launch(backend, name, B, THREADS,
                 [backend.data_ptr(table), T, 1, B, chunk, backend.data_ptr(factor), mode,
                  max_norm, _ptr(backend, found_inf)])
 
