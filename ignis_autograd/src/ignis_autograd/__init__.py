@@ -9,8 +9,9 @@ Example::
     array([2., 4., 6.], dtype=float32)
 
 Public names: :class:`Tensor`, :class:`Tape`, :class:`Device`, :class:`no_grad`,
-:class:`enable_grad`, :func:`gradcheck`, :func:`checkpoint`, and the differentiable functions
-(``cross_entropy``, ``layer_norm``, ``softmax``, ``where``, ``concatenate``, ...).
+:class:`enable_grad`, :func:`gradcheck`, :func:`checkpoint`, :class:`Function` (custom ops), and
+the differentiable functions (``cross_entropy``, ``layer_norm``, ``softmax``, ``where``,
+``concatenate``, ...).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ._errors import AutogradError, GradcheckError, GraphFreedError
 from .attention import decode_attention, packed_attention, scaled_dot_product_attention
 from .checkpoint import checkpoint
 from .device import Device, DeviceProperties
+from .function import Function, once_differentiable
 from .functional import *  # noqa: F403  (the differentiable functions)
 from .gradcheck import gradcheck
 from .graphs import CapturedStep, capture_step
@@ -37,6 +39,8 @@ __all__ = [
     "enable_grad",
     "gradcheck",
     "checkpoint",
+    "Function",
+    "once_differentiable",
     "capture_step",
     "CapturedStep",
     "AutogradError",
