@@ -760,29 +760,6 @@ def matmul(
     return _matmul_full(a, b, transpose_a, transpose_b, alpha, beta, out, None)
 
 
-def _integer_matmul(
-    a: NvArray, b: NvArray, spec: Any, ta: bool, tb: bool, alpha: Any, beta: Any, out: Any
-) -> NvArray:
-    """Integer :func:`matmul`, exact (and wrapping around as NumPy's): the products broadcast
-    over ``(..., m, k, n)`` and summed over ``k``, so it takes ``m * k * n`` elements of memory;
-    cast to a float dtype for the matrix kernels' speed."""
-    a = a.astype(spec.dtype, copy=False)
-    b = b.astype(spec.dtype, copy=False)
-    a = a.unsqueeze(0) if spec.a_vector else a.swapaxes(-1, -2) if ta else a
-    b = b.unsqueeze(-1) if spec.b_vector else b.swapaxes(-1, -2) if tb else b
-    res = (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(axis=-2, dtype=spec.dtype)
-    if alpha != 1:
-        res = res * alpha
-    res = res.reshape(spec.shape)
-    if out is None:
-        return res
-    _check_out("matmul", out, spec.shape, spec.dtype, a._device)
-    if beta != 0:
-        res = res + out * beta
-    out.copy_(res)
-    return out
-
-
 def _matmul_full(
     a: Any,
     b: Any,
@@ -802,7 +779,7 @@ def _matmul_full(
     if beta != 0 and out is None:
         raise ValueError("matmul: beta != 0 needs out= (the array to accumulate into)")
     if spec.dtype.kind != "f":
-        return _integer_matmul(a, b, spec, transpose_a, transpose_b, alpha, beta, out)
+        key = None  # integers: no remembered plan (the matrix kernels are floating)
     if out is None:
         out = _creation._new(spec.shape, spec.dtype, a._device)
     else:
@@ -828,6 +805,17 @@ def _matmul_full(
         full = full.unsqueeze(-1 if spec.b_vector else -2)
     if spec.b_vector:
         full = full.unsqueeze(-1)
+    if spec.dtype.kind != "f":
+        # Integers, exact and wrapping around as NumPy's: the products broadcast over
+        # (..., m, k, n) and summed over k, which takes m * k * n elements of memory (cast to
+        # a float dtype for the matrix kernels' speed).
+        res = (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(axis=-2, dtype=spec.dtype)
+        if alpha != 1:
+            res = res * alpha
+        if beta != 0:
+            res = res + full * beta
+        full.copy_(res)
+        return out
     if key is not None:  # out is new here: it overlaps nothing
         _matmul_plans.remember(
             key,
