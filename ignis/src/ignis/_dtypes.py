@@ -371,15 +371,23 @@ def can_cast(from_: Any, to: DTypeLike, casting: str = "safe") -> bool:
     )
 
 
+def scalar_fits(value: Any, dtype: DType) -> bool:
+    """False only for a Python int outside integer ``dtype``'s range."""
+    if type(value) is int and dtype.kind in "iu":
+        info = np.iinfo(dtype.numpy)
+        return info.min <= value <= info.max
+    return True
+
+
 def check_scalar_fits(value: Any, dtype: DType, op: str) -> None:
     """Raise OverflowError when a Python int cannot be represented in integer ``dtype``.
 
     NumPy 2 refuses ``uint8_array + 300`` the same way rather than wrapping silently.
     """
-    if type(value) is int and dtype.kind in "iu":
+    # (the type test first: float scalars, the common case on the op path, make no call)
+    if type(value) is int and dtype.kind in "iu" and not scalar_fits(value, dtype):
         info = np.iinfo(dtype.numpy)
-        if not info.min <= value <= info.max:
-            raise OverflowError(
-                f"{op}: Python integer {value} is out of bounds for {dtype.name} "
-                f"(range {info.min}..{info.max}); cast the array first"
-            )
+        raise OverflowError(
+            f"{op}: Python integer {value} is out of bounds for {dtype.name} "
+            f"(range {info.min}..{info.max}); cast the array first"
+        )

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from .. import _dtypes as dt
 from .._caches import PlanCache
 from .._errors import DTypeError, ShapeError
@@ -209,11 +207,9 @@ def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
 def _comparison_dtype(compute: dt.DType, a: Any, b: Any) -> dt.DType:
     """``compute``, or int64 / float64 where a weak Python int operand lies outside it."""
     for x in (a, b):
-        if type(x) is int:
-            info = np.iinfo(compute.numpy)
-            if not info.min <= x <= info.max:
-                fits64 = -(2**63) <= x < 2**63 and compute is not dt.uint64
-                return dt.int64 if fits64 else dt.float64
+        if not dt.scalar_fits(x, compute):
+            fits64 = dt.scalar_fits(x, dt.int64) and compute is not dt.uint64
+            return dt.int64 if fits64 else dt.float64
     return compute
 
 
