@@ -157,6 +157,10 @@ def test_asarray_copies_when_it_must() -> None:
     s = ignis.asarray(3.5, device="cpu")
     assert s.shape == () and s.dtype == "float32"  # the default float
     assert ignis.asarray(np.float64(3.5), device="cpu").dtype == "float64"
+    # full: a Python float gives the default float, a NumPy scalar keeps its dtype
+    assert ignis.full(2, 1.5, device="cpu").dtype == "float32"
+    assert ignis.full(2, np.float64(1.5), device="cpu").dtype == "float64"
+    assert ignis.full(2, True, device="cpu").dtype == "bool"
 
 
 def test_asarray_of_nvarray(device: str) -> None:

@@ -50,7 +50,7 @@ def _dtype_or_default(dtype: Any, op: str) -> dt.DType:
 def _scalar_dtype(value: Any, op: str) -> dt.DType:
     """The dtype a value without one gets: bool, int64, the default float; a NumPy scalar or
     a 0-d array its own."""
-    if isinstance(value, float):
+    if type(value) is float:  # (not numpy.float64, a float subclass that keeps its dtype)
         return dt.default_float
     return dt.result_type(value, op=op)
 
