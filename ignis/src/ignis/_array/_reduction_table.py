@@ -262,7 +262,7 @@ _OPS = (
         result="sum", cuda=CudaReduce("SumOp"), dtype=True,
     ),
     ReductionOp(
-        "prod", "reduce", lambda x, axis, keepdims, ddof: np.prod(x, axis=axis, keepdims=keepdims),
+        "prod", "reduce", _np_reduce(np.prod),
         "Product over ``axis`` (None: all; int or tuple, negative allowed); of nothing, 1.\n\n"
         "bool/integers multiply in int64 (uint64 for unsigned, wrapping around); ``dtype=`` "
         "chooses. The gradient divides the product by each element (not defined at zeros).",
@@ -310,12 +310,12 @@ _OPS = (
         result="float", cuda=CudaReduce("StdDevOp", finish="deviations"), ddof=True,
     ),
     ReductionOp(
-        "all", "reduce", lambda x, axis, keepdims, ddof: np.all(x, axis=axis, keepdims=keepdims),
+        "all", "reduce", _np_reduce(np.all),
         "Whether every element over ``axis`` is nonzero (NaN counts as true); of nothing, True.",
         result="bool", cuda=CudaReduce("AllOp", on="work"),
     ),
     ReductionOp(
-        "any", "reduce", lambda x, axis, keepdims, ddof: np.any(x, axis=axis, keepdims=keepdims),
+        "any", "reduce", _np_reduce(np.any),
         "Whether some element over ``axis`` is nonzero (NaN counts as true); of nothing, False.",
         result="bool", cuda=CudaReduce("AnyOp", on="work"),
     ),
