@@ -16,17 +16,20 @@ the differentiable functions (``cross_entropy``, ``layer_norm``, ``softmax``, ``
 
 from __future__ import annotations
 
-from . import amp, functional, nn, optim
+from . import _dispatch, amp, functional, nn, optim
 from ._errors import AutogradError, GradcheckError, GraphFreedError
+from ._higher import grad
 from .attention import decode_attention, packed_attention, scaled_dot_product_attention
 from .checkpoint import checkpoint
 from .device import Device, DeviceProperties
 from .function import Function, once_differentiable
 from .functional import *  # noqa: F403  (the differentiable functions)
-from .gradcheck import gradcheck
+from .gradcheck import gradcheck, gradgradcheck
 from .graphs import CapturedStep, capture_step
 from .tape import Tape, enable_grad, no_grad
 from .tensor import Tensor
+
+_dispatch.install()  # ignis' derivative rules compute on Tensors too (higher-order gradients)
 
 __version__ = "0.1.0"
 
@@ -38,6 +41,8 @@ __all__ = [
     "no_grad",
     "enable_grad",
     "gradcheck",
+    "gradgradcheck",
+    "grad",
     "checkpoint",
     "Function",
     "once_differentiable",

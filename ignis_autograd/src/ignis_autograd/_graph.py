@@ -174,6 +174,8 @@ class _Run:
 
     __slots__ = ("heap", "grads", "owned", "retain", "visited", "pending")
 
+    create_graph = False  # (a recorded walk, ._higher's, says True)
+
     def __init__(self, retain: bool):
         self.heap: list[tuple[int, Node]] = []
         self.grads: dict[Node, NvArray] = {}
@@ -270,9 +272,11 @@ class _Run:
                 leaf.grad = g
             else:
                 leaf.grad = g.clone()
-        else:
+        elif current.__class__ is NvArray:
             # In place on the stream: no synchronization of the device.
             ignis.accumulate(current, g)
+        else:  # a Tensor that backward(create_graph=True) left: the sum keeps its graph
+            leaf.grad = current + g
 
     # -- the walk --------------------------------------------------------------------------
     def run(self) -> None:

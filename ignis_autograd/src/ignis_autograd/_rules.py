@@ -10,6 +10,13 @@ keep them without a copy); the others may return views of ``g``.
 Conventions: ``a``/``b``/``x`` are saved inputs (NvArrays, or Python scalars for constants),
 ``out`` the saved output, ``sa``/``sb`` input shapes, ``keep`` the reduced shape with the reduced
 axes kept as 1.
+
+Higher-order gradients: when a backward pass is recorded (``create_graph=True``) the rules run
+again with Tensors in place of NvArrays (see :mod:`._graph_rules`), so they are written to take
+either: operators, Tensor-style methods, and functions through :data:`._dispatch.ops` or
+:func:`_mm`. A rule whose NvArray form calls a fused kernel that is linear in ``g`` (a scatter,
+dropout's mask, a rotation) records that kernel as an op of its own (:func:`_linear_map`) whose
+rule is the kernel's transpose, so it too can be differentiated to any order.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ignis._array._reduction_table import REDUCTIONS, grad_like
 import ignis
 from ignis import NvArray
 
+from ._dispatch import ops as _xp
 from ._graph import grad_dtype
 
 __all__ = ["Rule", "RULES", "unbroadcast"]
@@ -51,6 +59,25 @@ def shape_of(x: Any) -> tuple[int, ...]:
 
 _unb = unbroadcast
 
+# Bound by .tensor once it defines them (it imports this module first).
+_apply: Any = None
+_matmul: Any = None
+
+
+def _mm(x: Any, y: Any, ta: bool = False, tb: bool = False) -> Any:
+    """``x @ y`` with either operand transposed (its last two axes), on NvArrays or Tensors."""
+    if x.__class__ is NvArray and y.__class__ is NvArray:
+        return ignis.matmul(x, y, transpose_a=ta, transpose_b=tb)
+    return _matmul(x.mT if ta else x, y.mT if tb else y)
+
+
+def _linear_map(g: Any, name: str, fn: Callable[[NvArray], NvArray], ctx: tuple[Any, ...]) -> Any:
+    """``fn(g)`` for an NvArray ``g``; for a Tensor (a backward pass being recorded) the same
+    value, recorded as the op ``name``, whose rule is ``fn``'s transpose."""
+    if g.__class__ is NvArray:
+        return fn(g)
+    return _apply(name, fn(g.data), (g,), ctx)
+
 
 # --- arithmetic -------------------------------------------------------------------------------
 
@@ -59,8 +86,8 @@ _unb = unbroadcast
 def _where(g, need, cond, sa, sb):
     return (
         None,
-        _unb(ignis.where(cond, g, 0.0), sa) if need[1] else None,
-        _unb(ignis.where(cond, 0.0, g), sb) if need[2] else None,
+        _unb(_xp.where(cond, g, 0.0), sa) if need[1] else None,
+        _unb(_xp.where(cond, 0.0, g), sb) if need[2] else None,
     )
 
 
@@ -68,9 +95,9 @@ def _where(g, need, cond, sa, sb):
 def _clip(g, need, x, lo, hi):
     # Inside [lo, hi], bounds included, the gradient passes (as PyTorch's clamp).
     if lo is not None:
-        g = ignis.where(x < lo, 0.0, g)
+        g = _xp.where(x < lo, 0.0, g)
     if hi is not None:
-        g = ignis.where(x > hi, 0.0, g)
+        g = _xp.where(x > hi, 0.0, g)
     return (g,)
 
 
@@ -94,16 +121,16 @@ def _matmul(g, need, a, b, sa, sb):
     if need[0]:
         b2 = b.unsqueeze(-1) if b_vec else b
         sa2 = (1,) + sa if a_vec else sa
-        ga = _unb(ignis.matmul(g2, b2, transpose_b=True), sa2).reshape(sa)
+        ga = _unb(_mm(g2, b2, tb=True), sa2).reshape(sa)
     if need[1]:
         a2 = a.unsqueeze(0) if a_vec else a
         sb2 = sb + (1,) if b_vec else sb
         if a2.ndim > 2 and len(sb2) == 2:
             # One weight shared by a batch (a linear layer): a single flat GEMM sums the batch.
             k = a2.shape[-1]
-            gb = ignis.matmul(a2.reshape(-1, k), g2.reshape(-1, g2.shape[-1]), transpose_a=True)
+            gb = _mm(a2.reshape(-1, k), g2.reshape(-1, g2.shape[-1]), ta=True)
         else:
-            gb = _unb(ignis.matmul(a2, g2, transpose_a=True), sb2)
+            gb = _unb(_mm(a2, g2, ta=True), sb2)
         gb = gb.reshape(sb)
     return ga, gb
 
@@ -141,13 +168,23 @@ def _permute(g, need, inverse):
     return (g.permute(inverse),)
 
 
-@rule("getitem")
-def _getitem(g, need, sx, key):
+def _scatter(g: NvArray, sx: tuple[int, ...], key: Any) -> NvArray:
+    """Zeros of shape ``sx`` with ``g`` added at ``x[key]``: the transpose of ``x[key]``."""
     full = ignis.zeros(sx, dtype=g.dtype, device=g.device)
     if _indexing.is_index_key(key):  # integer arrays may repeat an element: the gradients add
-        return (_indexing.add_at(full, key, g),)
+        return _indexing.add_at(full, key, g)
     full[key] = g  # basic indexing selects each element at most once
-    return (full,)
+    return full
+
+
+@rule("getitem")
+def _getitem(g, need, sx, key):
+    return (_linear_map(g, "getitem_transpose", lambda h: _scatter(h, sx, key), (key,)),)
+
+
+@rule("getitem_transpose")
+def _getitem_transpose(g, need, key):
+    return (_linear_map(g, "getitem", lambda h: h[key], (g.shape, key)),)
 
 
 @rule("concatenate", fresh=False)
@@ -164,6 +201,11 @@ def _concatenate(g, need, axis, sizes):
 def _stack(g, need, axis):
     lead = (slice(None),) * axis
     return tuple(g[lead + (i,)] if want else None for i, want in enumerate(need))
+
+
+@rule("clone", fresh=False)
+def _clone(g, need):
+    return (g,)
 
 
 @rule("astype", fresh=False)
@@ -193,7 +235,7 @@ def _cross_entropy(g, need, logits, targets, lse, ignore_index, label_smoothing,
 def _layer_norm(g, need, kind, *ctx):
     # inputs (x, weight, bias)
     if kind == "fused":  # rows (..., n) of x, saved mean/rstd; parameters flattened to (n,)
-        rows, mean, rstd, w, sx, ns = ctx
+        rows, mean, rstd, w, sx, ns = ctx[:6]
         gx, gw, gb = ignis.nn.layer_norm_backward(
             _grad_like(_shaped(g, rows.shape), rows), rows, mean, rstd, w,
             grad_input=need[0], grad_weight=need[1], grad_bias=need[2],
@@ -204,7 +246,7 @@ def _layer_norm(g, need, kind, *ctx):
             None if gb is None else _shaped(gb, ns),
         )
     # composite: xhat = (x - mean) * rstd over ``axes``
-    xhat, rstd, w, axes, batch_axes = ctx
+    xhat, rstd, w, axes, batch_axes = ctx[:5]
     gx = gw = gb = None
     if need[0]:
         gh = g * w if w is not None else g
@@ -225,14 +267,14 @@ def _layer_norm(g, need, kind, *ctx):
 def _rms_norm(g, need, kind, *ctx):
     # inputs (x, weight)
     if kind == "fused":
-        rows, rstd, w, sx, ns = ctx
+        rows, rstd, w, sx, ns = ctx[:5]
         gx, gw = ignis.nn.rms_norm_backward(
             _grad_like(_shaped(g, rows.shape), rows), rows, rstd, w,
             grad_input=need[0], grad_weight=need[1],
         )
         return (None if gx is None else _shaped(gx, sx), None if gw is None else _shaped(gw, ns))
     # composite: xhat = x * rstd, rstd = 1 / sqrt(mean(x^2) + eps) over ``axes``
-    xhat, rstd, w, axes, batch_axes = ctx
+    xhat, rstd, w, axes, batch_axes = ctx[:5]
     gx = gw = None
     if need[0]:
         gh = g * w if w is not None else g
@@ -259,27 +301,52 @@ def _sum_batch(v, batch_axes):
 @rule("embedding")
 def _embedding(g, need, ids, n_rows):
     # inputs (ids, weight): the rows' gradients scatter-added into the table, summed in
-    # float32 for 16-bit gradients and rounded once
+    # float32 for 16-bit gradients and rounded once; its transpose gathers the rows again
     if not need[1]:
         return None, None
-    return None, ignis.nn.embedding_backward(g, ids, n_rows, dtype=grad_dtype(g.dtype))
+
+    def scatter(h):
+        return ignis.nn.embedding_backward(h, ids, n_rows, dtype=grad_dtype(h.dtype))
+
+    return None, _linear_map(g, "take_transpose", scatter, (ids, 0))
+
+
+def _add_rows(g: NvArray, indices: NvArray, sx: tuple[int, ...], axis: int) -> NvArray:
+    """Zeros of shape ``sx`` with the slices of ``g`` added at ``indices`` along ``axis``."""
+    full = ignis.zeros(sx, dtype=grad_dtype(g.dtype), device=g.device)
+    return ignis.index_add(full, axis, indices, g)
 
 
 @rule("take")
 def _take(g, need, indices, sx, axis):
     # integer-array indexing gathers along ``axis``; its adjoint adds each gradient row back
-    full = ignis.zeros(sx, dtype=grad_dtype(g.dtype), device=g.device)
-    return (ignis.index_add(full, axis, indices, g),)
+    ctx = (indices, axis)
+    return (_linear_map(g, "take_transpose", lambda h: _add_rows(h, indices, sx, axis), ctx),)
+
+
+@rule("take_transpose")
+def _take_transpose(g, need, indices, axis):
+    ctx = (indices, g.shape, axis)
+    return (_linear_map(g, "take", lambda h: ignis.take(h, indices, axis), ctx),)
 
 
 @rule("dropout")
 def _dropout(g, need, mask, p):
-    return (ignis.nn.dropout_backward(g, mask, p),)
+    # the same mask and scale each way: dropout's backward is its own transpose
+    return (_linear_map(g, "dropout", lambda h: ignis.nn.dropout_backward(h, mask, p), (mask, p)),)
 
 
 @rule("rope")
 def _rope(g, need, positions, offset, base, interleaved):
-    return (ignis.nn.rope_backward(g, positions, offset, base, interleaved),)
+    # a rotation per pair: the backward rotates back, and its transpose forward again
+    ctx = (positions, offset, base, interleaved)
+    return (_linear_map(g, "rope_transpose", lambda h: ignis.nn.rope_backward(h, *ctx), ctx),)
+
+
+@rule("rope_transpose")
+def _rope_transpose(g, need, positions, offset, base, interleaved):
+    ctx = (positions, offset, base, interleaved)
+    return (_linear_map(g, "rope", lambda h: ignis.nn.rope(h, *ctx), ctx),)
 
 
 @rule("scaled_dot_product_attention")
@@ -299,7 +366,7 @@ def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq,
 
 
 @rule("packed_attention")
-def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h):
+def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h, qkv):
     # input qkv (B, T, 3 * dim); q/k/v/out saved as (B, H, T, hd) views of qkv and of the
     # (B, T, H, hd) output. The kernels read g through a (B, H, T, hd) view and write dq, dk, dv
     # straight into the three slots of one (B, T, 3, H, hd) gradient: no copies.

@@ -153,7 +153,9 @@ def packed_attention(
         q4, k4, v4, causal=causal, scale=s, out=merged.permute(0, 2, 1, 3)
     )
     out = merged.reshape(b, n, dim)
-    return apply("packed_attention", out, (qkv,), (q4, k4, v4, out4, lse, causal, s, h))
+    # (qkv itself last, which q4/k4/v4 view anyway: a recorded backward pass recomputes from it)
+    ctx = (q4, k4, v4, out4, lse, causal, s, h, data)
+    return apply("packed_attention", out, (qkv,), ctx)
 
 
 def decode_attention(

@@ -340,11 +340,14 @@ def _call_backward(shared: _State, grads: list[Any]) -> tuple[Any, ...]:
     for k, meta in enumerate(shared.outputs):
         g = grads[k]
         if g is not None:
-            grads[k] = _plain(g)
+            # (a Tensor already when the backward pass is recorded: it carries its graph)
+            grads[k] = g if isinstance(g, Tensor) else _plain(g)
         elif materialize and meta is not None:
             shape, dtype, device = meta
             grads[k] = _plain(ignis.zeros(shape, dtype=dtype, device=device))
-    return _check(shared.fn, shared.inputs, shared.fn.backward(ctx, *grads))
+    run = current_run()
+    keep = run is not None and run.create_graph
+    return _check(shared.fn, shared.inputs, shared.fn.backward(ctx, *grads), keep)
 
 
 def _is_expandable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -354,8 +357,11 @@ def _is_expandable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(to), strict=False))
 
 
-def _check(fn: type[Function], inputs: list[Any], results: Any) -> tuple[Any, ...]:
-    """backward's results as the walk takes them: one NvArray or None per input, checked."""
+def _check(
+    fn: type[Function], inputs: list[Any], results: Any, keep_tensors: bool = False
+) -> tuple[Any, ...]:
+    """backward's results as the walk takes them: one NvArray or None per input, checked
+    (Tensors kept as they are when the backward pass is recorded, ``keep_tensors``)."""
     name = fn._backward_name
     if not isinstance(results, tuple):
         results = (results,)
@@ -382,7 +388,8 @@ def _check(fn: type[Function], inputs: list[Any], results: Any) -> tuple[Any, ..
             out.append(None)
             continue
         if isinstance(r, Tensor):
-            r = r.data
+            if not keep_tensors:
+                r = r.data
         elif not isinstance(r, NvArray):
             raise TypeError(
                 f"function {name} returned an invalid gradient at index {i} - expected a "
@@ -419,12 +426,11 @@ def _check(fn: type[Function], inputs: list[Any], results: Any) -> tuple[Any, ..
 def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
     """Mark a Function's backward as not differentiable itself (decorate the static method).
 
-    The backward runs with recording off. When a backward pass is itself recorded (a higher-order
-    gradient) and gradients that require grad reach a decorated backward, its results are
-    recorded as an operation whose own backward raises :class:`AutogradError` naming the
-    Function: differentiating them a second time fails loudly instead of giving a silently
-    wrong (missing) contribution. Today's backward passes are not recorded, so for them the
-    decorator changes nothing.
+    The backward runs with recording off. When a backward pass is itself recorded
+    (``create_graph=True``) and the incoming gradients or the saved tensors require grad, its
+    results are recorded as an operation whose own backward raises :class:`AutogradError`
+    naming the Function: differentiating them a second time fails loudly instead of giving a
+    silently wrong (missing) contribution. An ordinary backward pass is not affected.
 
     Example::
 
@@ -450,7 +456,10 @@ def once_differentiable(backward: Callable[..., Any]) -> Callable[..., Any]:
             state.grad_enabled = recording
         if not recording:
             return results  # the backward pass is not being recorded: nothing to guard
-        edges = connect(grads)
+        # The results depend on the incoming gradients and on what forward saved (unlike
+        # PyTorch, which looks at the gradients only and so lets a dependence on the saved
+        # inputs drop silently).
+        edges = connect(grads + tuple(getattr(ctx, "_saved", ())))
         if edges is None:
             return results
         fn = getattr(ctx, "_fn", None)
@@ -483,7 +492,8 @@ def _refusing(r: Any, label: str, edges: tuple[Any, ...]) -> Any:
 
 def _refuse_vjp(g: Any, need: tuple[bool, ...], label: str) -> tuple[Any, ...]:
     raise AutogradError(
-        f"{label}: trying to differentiate twice a Function whose backward is marked "
-        "@once_differentiable; write its backward with differentiable Tensor operations and "
-        "drop the decorator to take higher-order gradients through it"
+        f"{label}: trying to differentiate twice an op whose backward is once differentiable "
+        "(a Function's backward marked @once_differentiable, or a Tape.record backward_fn); "
+        "write its backward with differentiable Tensor operations (a Function without the "
+        "decorator) to take higher-order gradients through it"
     )

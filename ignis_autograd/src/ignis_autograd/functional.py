@@ -255,7 +255,8 @@ def layer_norm(
         n = rows.shape[-1]
         w2, b2 = _flat_param(wd, n), _flat_param(bd, n)
         y, mean, rstd = ignis.nn.layer_norm(rows, w2, b2, eps)
-        ctx = ("fused", rows, mean, rstd, w2, xd.shape, ns)
+        # (eps last: only a recorded backward pass, which recomputes the norm, reads it)
+        ctx = ("fused", rows, mean, rstd, w2, xd.shape, ns, eps)
         y = y if rows is xd else y.reshape(xd.shape)  # (rows is x itself for one axis)
         return apply("layer_norm", y, (x, weight, bias), ctx)
     # Composite: trailing dimensions that are not contiguous, or mixed parameter dtypes.
@@ -271,7 +272,7 @@ def layer_norm(
     if y.dtype != xd.dtype:
         y = y.astype(xd.dtype)
     batch_axes = tuple(range(xd.ndim - len(ns)))
-    ctx = ("composite", xhat, rstd, wd, axes, batch_axes)
+    ctx = ("composite", xhat, rstd, wd, axes, batch_axes, xd, eps)
     return apply("layer_norm", y, (x, weight, bias), ctx)
 
 
@@ -289,7 +290,7 @@ def rms_norm(x: Any, normalized_shape: Any = None, weight: Any = None, eps: floa
         n = rows.shape[-1]
         w2 = _flat_param(wd, n)
         y, rstd = ignis.nn.rms_norm(rows, w2, eps)
-        ctx = ("fused", rows, rstd, w2, xd.shape, ns)
+        ctx = ("fused", rows, rstd, w2, xd.shape, ns, eps)
         y = y if rows is xd else y.reshape(xd.shape)
         return apply("rms_norm", y, (x, weight), ctx)
     xc = xd.astype(_F32) if xd.dtype in HALF else xd
@@ -299,7 +300,8 @@ def rms_norm(x: Any, normalized_shape: Any = None, weight: Any = None, eps: floa
     if y.dtype != xd.dtype:
         y = y.astype(xd.dtype)
     batch_axes = tuple(range(xd.ndim - len(ns)))
-    return apply("rms_norm", y, (x, weight), ("composite", xhat, rstd, wd, axes, batch_axes))
+    ctx = ("composite", xhat, rstd, wd, axes, batch_axes, xd, eps)
+    return apply("rms_norm", y, (x, weight), ctx)
 
 
 def embedding(ids: Any, weight: Any, check: bool = False) -> Tensor:
@@ -368,3 +370,8 @@ def rope(
 
 
 __all__ += defined_here(globals())
+
+# The functional derivatives (torch.autograd.functional's), reached as
+# ``ignis_autograd.functional.hessian`` etc.; not among the differentiable functions above, so
+# not in ``__all__`` (nor at the package's top level).
+from ._transforms import hessian, hvp, jacobian, jvp, vhp, vjp  # noqa: E402, F401

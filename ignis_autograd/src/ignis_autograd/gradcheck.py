@@ -6,6 +6,11 @@ element. For larger ones, random directions: with a fixed random ``u`` over the 
 random unit direction ``d`` over the inputs, the analytic ``<J^T u, d>`` (one backward) is compared
 with ``(L(x + eps d) - L(x - eps d)) / (2 eps)`` where ``L(x) = <u, fn(x)>``.
 
+:func:`gradgradcheck` checks second derivatives the same way: it runs gradcheck on the
+function ``(inputs, u) -> grad(fn(inputs), inputs, u, create_graph=True)``, so both the
+gradients' derivatives with respect to the inputs and with respect to the output gradient ``u``
+are compared.
+
 A failure says which inputs, which entry or direction, the numeric and analytic values and the
 tolerance that was exceeded.
 
@@ -28,10 +33,10 @@ import ignis
 from ignis import NvArray
 
 from ._errors import GradcheckError
-from .tape import no_grad
+from .tape import enable_grad, no_grad
 from .tensor import Tensor
 
-__all__ = ["gradcheck"]
+__all__ = ["gradcheck", "gradgradcheck"]
 
 _F64 = ignis.float64
 
@@ -224,3 +229,86 @@ def _directions(
                 f"|difference| {abs(num - ana):.3g} > atol {atol:g} + rtol {rtol:g} * |numeric|",
             ]
     return None
+
+
+def gradgradcheck(
+    fn: Callable[..., Tensor],
+    inputs: Sequence[Any],
+    grad_outputs: Any = None,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+    *,
+    max_full: int = 100,
+    n_directions: int = 3,
+    seed: int = 0,
+    raise_exception: bool = True,
+) -> bool:
+    """Check ``fn``'s second derivatives (those of its recorded backward pass) numerically.
+
+    Args:
+        fn, inputs, eps, atol, rtol, max_full, n_directions, seed, raise_exception: as for
+            :func:`gradcheck`.
+        grad_outputs: the output gradient ``u`` (a Tensor or NvArray of the output's shape);
+            default: seeded random normal values. It is checked as an input too.
+
+    Example::
+
+        >>> x = Tensor.randn((3,), dtype="float64", requires_grad=True)
+        >>> gradgradcheck(lambda t: (t * t.sin()).sum(), [x])
+        True
+    """
+    from ._higher import grad
+    from .functional import concatenate
+
+    args = list(inputs)
+    checked = [i for i, x in enumerate(args) if isinstance(x, Tensor) and x.requires_grad]
+    if not checked:
+        raise ValueError(
+            "gradgradcheck: no input requires grad; mark the inputs to check with "
+            "requires_grad=True"
+        )
+    with enable_grad():
+        y = fn(*args)
+    if not isinstance(y, Tensor):
+        raise TypeError(f"gradgradcheck: fn must return one Tensor, got {type(y).__name__}")
+    if grad_outputs is None:
+        rng = np.random.default_rng(seed + 1)
+        u = NvArray.from_host(rng.standard_normal(y.shape), dtype=_F64, device=y.device)
+    else:
+        u = grad_outputs.data if isinstance(grad_outputs, Tensor) else grad_outputs
+        if not isinstance(u, NvArray) or u.shape != y.shape:
+            got = u.shape if isinstance(u, NvArray) else type(u).__name__
+            raise ignis.ShapeError(
+                f"gradgradcheck: grad_outputs must have the output's shape {y.shape}, got {got}"
+            )
+    n = len(args)
+
+    def gradient(*call: Any) -> Tensor:
+        xs, v = list(call[:n]), call[n]
+        with enable_grad():
+            for i in checked:
+                if not xs[i].requires_grad:  # (gradcheck's numeric evaluations pass constants)
+                    xs[i] = Tensor(xs[i].data, requires_grad=True)
+            out = fn(*xs)
+            gs = grad(out, [xs[i] for i in checked], v, create_graph=True, allow_unused=True)
+        parts = [
+            (g if g is not None else Tensor(ignis.zeros_like(xs[i].data))).reshape(-1)
+            for i, g in zip(checked, gs, strict=True)
+        ]
+        return concatenate(parts) if len(parts) > 1 else parts[0]
+
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    gradient.__qualname__ = f"the gradient of {name}"
+    u_in = Tensor(u.astype(_F64), requires_grad=True)
+    return gradcheck(
+        gradient,
+        [*args, u_in],
+        eps,
+        atol,
+        rtol,
+        max_full=max_full,
+        n_directions=n_directions,
+        seed=seed,
+        raise_exception=raise_exception,
+    )

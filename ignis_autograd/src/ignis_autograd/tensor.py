@@ -26,7 +26,7 @@ from ignis._codegen import Source
 import ignis
 from ignis import DeviceMismatchError, DTypeError, NvArray, ShapeError
 
-from . import _graph
+from . import _graph, _rules
 from ._errors import AutogradError
 from ._graph import Node, run_backward, state
 from ._rules import RULES, shape_of
@@ -90,6 +90,33 @@ def apply(name: str, out: NvArray, inputs: tuple[Any, ...], ctx: tuple[Any, ...]
     elif state.observers:
         _observe(inputs)
     return t
+
+
+def start_gradient(
+    data: NvArray, grad_output: Any, op: str, what: str, of: str
+) -> tuple[NvArray, bool]:
+    """The gradient a backward pass of the output ``data`` starts from, and whether it is a new
+    buffer: ``grad_output`` (NvArray, Tensor or host data; named ``what`` in errors, the output
+    ``of``) checked and in ``data``'s dtype, or ones for a single-element output."""
+    if grad_output is None:
+        if data.numel != 1:
+            raise ShapeError(
+                f"{op}: {what} is required for an output of shape {data.shape}; only a tensor "
+                "with a single element gets the implicit gradient 1"
+            )
+        return ignis.ones(data.shape, dtype=data.dtype, device=data.device), True
+    g = as_data(grad_output)
+    if not isinstance(g, NvArray):
+        g = NvArray.from_host(g, dtype=data.dtype, device=data.device)
+    if g.shape != data.shape:
+        raise ShapeError(
+            f"{op}: {what} has shape {g.shape}, expected {data.shape} (the shape of {of})"
+        )
+    if g.device != data.device:
+        raise DeviceMismatchError(f"{op}: {what} is on {g.device} but {of} is on {data.device}")
+    if g.dtype != data.dtype:
+        return g.astype(data.dtype), True
+    return g, False
 
 
 def _plain(data: NvArray) -> Tensor:
@@ -306,6 +333,10 @@ class Tensor:
         host = self.data.to_host()
         return host if dtype is None else host.astype(dtype)
 
+    def clone(self) -> Tensor:
+        """A copy of the values in a new buffer (differentiable: the gradient passes through)."""
+        return apply("clone", self.data.clone(), (self,), ())
+
     def detach(self) -> Tensor:
         """A tensor sharing this one's data, outside any graph (requires_grad False)."""
         return _plain(self.data)
@@ -314,13 +345,32 @@ class Tensor:
         """Forget the accumulated gradient (``grad`` becomes None)."""
         self.grad = None
 
-    def backward(self, grad_output: Any = None, retain_graph: bool = False) -> None:
+    def backward(
+        self,
+        grad_output: Any = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+    ) -> None:
         """Accumulate d(self)/d(leaf) into the ``grad`` of every leaf that requires it.
 
         Args:
             grad_output: the gradient of some scalar with respect to this tensor (NvArray,
                 Tensor or host data, of this tensor's shape); may be omitted for one element.
-            retain_graph: keep the graph, to call backward through it again.
+            retain_graph: keep the graph, to call backward through it again (default:
+                ``create_graph``).
+            create_graph: record the backward pass itself, so that the gradients can be
+                differentiated again (higher-order gradients): each leaf's ``grad`` is then a
+                Tensor with its own graph, as in PyTorch. See :func:`ignis_autograd.grad`.
+
+        Example::
+
+            >>> x = Tensor.from_host([1.0, 2.0], dtype="float64", requires_grad=True)
+            >>> (x ** 3).sum().backward(create_graph=True)   # x.grad = 3 x^2, a Tensor
+            >>> g = x.grad
+            >>> x.grad = None
+            >>> g.sum().backward()                            # x.grad = 6 x
+            >>> x.grad.to_host()
+            array([ 6., 12.])
 
         Raises:
             ShapeError: for a non-scalar without ``grad_output`` or a mis-shaped one.
@@ -331,33 +381,14 @@ class Tensor:
                 "backward: this tensor does not require grad (no input of its computation "
                 "requires grad, or it was computed under no_grad)"
             )
-        data = self.data
-        if grad_output is None:
-            if data.numel != 1:
-                raise ShapeError(
-                    f"backward: grad_output is required for an output of shape {data.shape}; only "
-                    "a tensor with a single element gets the implicit gradient 1"
-                )
-            g = ignis.ones(data.shape, dtype=data.dtype, device=data.device)
-            owned = True
-        else:
-            g = as_data(grad_output)
-            if not isinstance(g, NvArray):
-                g = NvArray.from_host(g, dtype=data.dtype, device=data.device)
-            if g.shape != data.shape:
-                raise ShapeError(
-                    f"backward: grad_output has shape {g.shape}, expected {data.shape} (the shape "
-                    "of the tensor)"
-                )
-            if g.device != data.device:
-                raise DeviceMismatchError(
-                    f"backward: grad_output is on {g.device} but the tensor is on {data.device}"
-                )
-            owned = False
-            if g.dtype != data.dtype:
-                g = g.astype(data.dtype)
-                owned = True
-        run_backward(self, g, owned, retain_graph)
+        g, owned = start_gradient(self.data, grad_output, "backward", "grad_output", "the tensor")
+        if create_graph:
+            from ._higher import backward_graph
+
+            given = grad_output if isinstance(grad_output, Tensor) and g is grad_output.data else g
+            backward_graph(self, given, True if retain_graph is None else retain_graph)
+            return
+        run_backward(self, g, owned, bool(retain_graph))
 
     def __repr__(self) -> str:
         body = repr(self.data)
@@ -725,3 +756,8 @@ def _make_reduction_functions() -> dict[str, Any]:
 
 # Not among this module's globals: sum, max and min would hide the builtins here.
 REDUCTION_FUNCTIONS = _make_reduction_functions()
+
+
+# What the derivative rules record with when a backward pass is itself recorded.
+_rules._apply = apply
+_rules._matmul = matmul

@@ -373,7 +373,12 @@ _FUSED_GRAD = {
 
 
 def _fused(g, s):
-    return g.dtype.name in _FUSED_GRAD.get(s.dtype.name, ()) and g.shape == s.shape
+    # (NvArrays only: on Tensors, a backward pass being recorded, the composite formula runs)
+    return (
+        g.__class__ is _ops.NvArray
+        and g.dtype.name in _FUSED_GRAD.get(s.dtype.name, ())
+        and g.shape == s.shape
+    )
 
 
 def _tanh(g, need, out):
