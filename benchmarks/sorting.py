@@ -12,6 +12,10 @@ the target is at least 0.8). ``same`` says whether the results agree: sorted val
 exactly (scans within float tolerance), argsort through the values it selects (the order of
 equal keys may differ: torch.argsort is not stable by default), unique values exactly.
 
+Rows marked ``(lsd)`` run the earlier radix sort (three launches a key byte;
+``ignis._array._cuda_backend.sorting.RADIX_PATH = "lsd"``) beside the default Onesweep path, in
+the same process, so that one run compares the two.
+
 unique and the other data-dependent sizes wait once for the device in both libraries; that
 wait is inside the timed region. PyTorch's ``torch.sort`` always computes values and indices.
 
@@ -24,11 +28,25 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from ignis._array._cuda_backend import sorting as cuda_sorting
 from reduction import max_rel_diff, time_ignis, time_torch  # shared timing
 
 import ignis
 
 N = 1 << 24
+
+
+def _lsd(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with the earlier three-launch radix sort."""
+
+    def run(x: Any) -> Any:
+        saved, cuda_sorting.RADIX_PATH = cuda_sorting.RADIX_PATH, "lsd"
+        try:
+            return fn(x)
+        finally:
+            cuda_sorting.RADIX_PATH = saved
+
+    return run
 
 
 def _host(a: Any) -> np.ndarray:
@@ -111,6 +129,30 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             _same_values,
         ),
         (
+            "sort (lsd)",
+            "float32 2^24",
+            lambda: f,
+            _lsd(lambda x: ignis.sort(x)),
+            lambda t: torch.sort(t).values,
+            _same_values,
+        ),
+        (
+            "sort rows (lsd)",
+            "float32 4096 x 4096",
+            lambda: rows4k,
+            _lsd(lambda x: ignis.sort(x)),
+            lambda t: torch.sort(t).values,
+            _same_values,
+        ),
+        (
+            "sort rows",
+            "int64 2048 x 8192",
+            lambda: i64.reshape(2048, 8192),
+            lambda x: ignis.sort(x),
+            lambda t: torch.sort(t).values,
+            _same_values,
+        ),
+        (
             "sort rows",
             "float32 65536 x 256",
             lambda: rows256,
@@ -133,6 +175,22 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             lambda x: ignis.argsort(x),
             lambda t: torch.argsort(t),
             argsort_agrees(i64),
+        ),
+        (
+            "argsort (lsd)",
+            "float32 2^24",
+            lambda: f,
+            _lsd(lambda x: ignis.argsort(x)),
+            lambda t: torch.argsort(t),
+            argsort_agrees(f),
+        ),
+        (
+            "argsort rows",
+            "float32 4096 x 4096",
+            lambda: rows4k,
+            lambda x: ignis.argsort(x),
+            lambda t: torch.argsort(t),
+            argsort_agrees(rows4k),
         ),
         (
             "argsort stable",

@@ -12,7 +12,18 @@
 //              payload, so the sorted values can be rebuilt from their keys (sort's values).
 //
 // Kernels (all 64-bit indexed; tiles of TILE = 256 threads x 16 items):
-//   radix_upsweep / radix_downsweep   one pass of a stable LSD radix sort on 8-bit digits of
+//   radix_histogram / radix_onesweep  the stable LSD radix sort on 8-bit digits (Onesweep):
+//       one launch reads the keys once and counts the digits of every pass per row; then one
+//       launch a pass ranks each tile (warp-private digit counters, __match_any_sync among 32
+//       keys), publishes its per-digit counts at once and finds where its keys go by a
+//       decoupled look-back over the counts of the row's earlier tiles (tile ids from a
+//       counter, in start order), then scatters through shared memory, coalesced. The first
+//       pass reads the input and makes its keys; the last writes the outputs (values rebuilt
+//       from keys, int64 indices; positions travel as uint32 until then).
+//   sort_rows_tile    rows of at most TILE elements: one block a row runs every radix pass in
+//       shared memory (read once, written once).
+//   radix_upsweep / radix_downsweep   the earlier form of the radix sort, three launches a
+//       pass (kept to compare with): one pass of a stable LSD radix sort on 8-bit digits of
 //       the keys of rows of n elements (tiles never cross a row, so per-(row, digit, tile)
 //       counts scanned in row-major order give each tile its scatter offsets directly). The
 //       downsweep ranks a tile stably (warp-local digit counters through __match_any_sync),
@@ -24,9 +35,10 @@
 //   scan_rows         inclusive scan (sum, product) of rows in one pass: tiles publish their
 //       aggregate, then look back for the nearest predecessor that published its inclusive
 //       prefix (decoupled look-back; tile ids come from a counter, in launch order, so the
-//       tiles waited for are running). The prefix is folded forward from that predecessor in
-//       tile order, so float results do not depend on timing: each tile's prefix is the
-//       left-to-right sum of the tile totals before it.
+//       tiles waited for are running), 32 predecessors a step, each status a value and its
+//       flag in one word (one load, no fence). The prefix is folded forward from that
+//       predecessor in tile order, so float results do not depend on timing: each tile's
+//       prefix is the left-to-right sum of the tile totals before it.
 //   scan_cols         one thread per column of (outer, n, inner): sequential scans along n.
 //   count_flags / compact_flags   stream compaction in two passes around a scan of the tile
 //       counts (nonzero elements, or the first element of each run of equal sorted values).
@@ -317,6 +329,310 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// --- Onesweep radix sort -----------------------------------------------------------------------
+// The same stable LSD sort on 8-bit digits in 1 + (key bytes) launches: radix_histogram reads
+// the keys once and counts the digits of every pass per row; then one radix_onesweep launch a
+// pass ranks and scatters each tile, finding where its keys of digit d go by a decoupled
+// look-back over the per-digit counts of the row's earlier tiles. No per-tile counts are
+// scanned in between, and the keys are read once a pass instead of twice.
+//
+// Look-back words (status, one per (tile, digit), zeroed before the first pass and reused by
+// the later ones): flag << 62 | pass << 48 | count. A word of an earlier pass reads as "nothing
+// yet". Each word carries its count, so no fence orders it with other data.
+
+enum : int {
+  HIST_PARTS = 4,   // copies of each digit counter in radix_histogram (fewer same-address atomics)
+  HIST_TILES = 8,   // tiles of a row one radix_histogram block counts
+  HIST_CHUNK = HIST_TILES * TILE,
+};
+enum : uint64 {
+  DIGIT_AGGREGATE = 1ull << 62,  // the count of the tile's own keys of the digit
+  DIGIT_PREFIX = 2ull << 62,     // the count of the digit's keys in this tile and all before it
+  DIGIT_COUNT_MASK = (1ull << 48) - 1,
+};
+
+SORT_DEV uint64 digit_word(uint64 flag, int pass, uint32 count) {
+  return flag | ((uint64)pass << 48) | (uint64)count;
+}
+SORT_DEV uint64 load_word(const uint64* p) { return *(const volatile uint64*)p; }
+SORT_DEV void store_word(uint64* p, uint64 w) { *(volatile uint64*)p = w; }
+
+// The exchange slot of a key or a uint32 position: 4 bytes, 8 for 8-byte keys.
+template <class K> struct slot_of { typedef uint32 type; };
+template <> struct slot_of<uint64> { typedef uint64 type; };
+
+// hist[(seg * PASSES + p) * RADIX + d]: keys of row seg whose digit of pass p is d (PASSES = key
+// bytes; hist zeroed before). Block b counts chunk b % chunks_per_seg (HIST_CHUNK keys) of row
+// b / chunks_per_seg.
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    radix_histogram(const T* x, uint32* hist, int64 n, int64 chunks_per_seg, bool desc,
+                    bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  constexpr int PASSES = (int)sizeof(K);
+  __shared__ uint32 bins[PASSES][HIST_PARTS][RADIX];
+  const int tid = threadIdx.x;
+  for (int i = tid; i < PASSES * HIST_PARTS * RADIX; i += THREADS) (&bins[0][0][0])[i] = 0;
+  __syncthreads();
+  const int64 seg = (int64)blockIdx.x / chunks_per_seg;
+  const int64 c = (int64)blockIdx.x - seg * chunks_per_seg;
+  const int64 start = c * HIST_CHUNK;
+  const int64 end = n - start < HIST_CHUNK ? n : start + HIST_CHUNK;
+  const K* src = reinterpret_cast<const K*>(x) + seg * n;
+  const int part = tid % HIST_PARTS;  // neighbouring lanes count into different copies
+#pragma unroll 4
+  for (int64 i = start + tid; i < end; i += THREADS) {
+    const K k = KT::of(src[i], desc, exact);
+#pragma unroll
+    for (int p = 0; p < PASSES; ++p) atomicAdd(&bins[p][part][digit(k, 8 * p)], 1u);
+  }
+  __syncthreads();
+#pragma unroll
+  for (int p = 0; p < PASSES; ++p) {
+    uint32 s = 0;
+#pragma unroll
+    for (int q = 0; q < HIST_PARTS; ++q) s += bins[p][q][tid];
+    if (s) atomicAdd(&hist[(seg * PASSES + p) * RADIX + tid], s);
+  }
+}
+
+// Ranks the ITEMS keys of each thread of a tile (warp w holds elements [w * 32 * ITEMS, ...),
+// element r * 32 + lane of it in key[r]) stably by their digit at `shift`: on return slot[r] is
+// the element's place in the tile in digit order (keys of equal digit in element order), and
+// for thread d, *count the tile's keys of digit d. valid: elements that exist (the others get
+// no slot). warp_count is zero on entry; local_base and sums are scratch.
+//   1. each warp walks its keys in element order: the keys of one digit among 32 are found by
+//      __match_any_sync, and their leader takes as many places from the warp's counter of the
+//      digit with one shared atomic (no counter is hit by more than one lane at a time);
+//   2. per digit, the warps' counts scanned in warp order, the digits' totals across digits;
+//   3. each place moved by its warp's and its digit's offsets.
+// Between 2 and 3 `between()` runs (every thread calls it): the Onesweep pass publishes its
+// counts there, as early as they are known.
+template <class K, class Between>
+SORT_DEV void rank_tile(const K* key, const bool* valid, int shift, uint32* slot,
+                        uint32 (*warp_count)[RADIX], uint32* local_base, uint32* sums,
+                        uint32* count, Between between) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint32 d[ITEMS];
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    d[r] = valid[r] ? digit(key[r], shift) : (uint32)RADIX;
+    const unsigned peers = __match_any_sync(FULL, d[r]);
+    const int leader = __ffs(peers) - 1;
+    uint32 before = 0;
+    if (d[r] < RADIX && lane == leader)
+      before = atomicAdd(&warp_count[warp][d[r]], (uint32)__popc(peers));
+    slot[r] = __shfl_sync(FULL, before, leader) + (uint32)__popc(peers & lanemask_lt(lane));
+  }
+  __syncthreads();
+  {
+    const int dt = tid;
+    uint32 run = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const uint32 c = warp_count[w][dt];
+      warp_count[w][dt] = run;
+      run += c;
+    }
+    *count = run;
+    local_base[dt] = block_exclusive_sum(run, sums, nullptr);  // (ends with a barrier)
+  }
+  between();
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r)
+    if (d[r] < RADIX) slot[r] += warp_count[warp][d[r]] + local_base[d[r]];
+}
+
+struct NoStep {
+  SORT_DEV void operator()() const {}
+};
+
+// One pass of the Onesweep sort. keys_in / idx_in / keys_out / idx_out and first / last /
+// carry / desc / exact as radix_downsweep's; hist from radix_histogram; status the look-back
+// words (tiles x RADIX, see above); counter: this pass's tile counter (zeroed). One block a
+// tile, in the order of the tile ids the counter hands out (row-major), so the tiles a block
+// waits for have all started and publish their counts before they wait for anything.
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    radix_onesweep(const void* keys_in, const uint32* idx_in, void* keys_out, void* idx_out,
+                   const uint32* hist, uint64* status, uint32* counter, int64 n,
+                   int64 tiles_per_seg, int pass, bool first, bool last, bool carry, bool desc,
+                   bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  typedef typename slot_of<K>::type S;
+  constexpr int PASSES = (int)sizeof(K);
+  __shared__ uint32 warp_count[WARPS][RADIX];
+  __shared__ uint32 local_base[RADIX];
+  __shared__ int32 global_base[RADIX];  // destination of slot j: global_base[d] + j
+  __shared__ uint32 sums[WARPS];
+  __shared__ S exchange[TILE];
+  __shared__ uint32 tile_id;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) tile_id = atomicAdd(counter, 1u);
+  for (int i = tid; i < WARPS * RADIX; i += THREADS) (&warp_count[0][0])[i] = 0;
+  __syncthreads();
+  const int64 tile = (int64)tile_id;
+  const int64 seg = tile / tiles_per_seg;
+  const int64 t = tile - seg * tiles_per_seg;
+  const int64 start = t * TILE;
+  const int len = (int)(n - start < TILE ? n - start : TILE);
+  const int64 base = seg * n + start;
+  const int shift = 8 * pass;
+
+  // Every load first (they overlap), then the work on them.
+  K key[ITEMS];
+  bool valid[ITEMS];
+  uint32 idx[ITEMS];
+  const K* ksrc = reinterpret_cast<const K*>(keys_in) + base;
+  const int wbase = warp * 32 * ITEMS;
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    valid[r] = j < len;
+    key[r] = valid[r] ? ksrc[j] : (K)0;
+    idx[r] = 0;
+    if (carry && valid[r]) idx[r] = first ? (uint32)(start + j) : idx_in[base + j];
+  }
+  if (first) {
+#pragma unroll
+    for (int r = 0; r < ITEMS; ++r) key[r] = KT::of(key[r], desc, exact);
+  }
+  // Thread d: where the row's keys of digit d start (the histogram scanned across digits).
+  const uint32 row_digit_base =
+      block_exclusive_sum(hist[(seg * PASSES + pass) * RADIX + tid], sums, nullptr);
+
+  uint32 slot[ITEMS];
+  uint32 count;
+  // The counts are published as soon as they are known, the look-back for the tiles before
+  // runs after them.
+  rank_tile<K>(key, valid, shift, slot, warp_count, local_base, sums, &count, [&]() {
+    store_word(&status[tile * RADIX + tid],
+               digit_word(t == 0 ? DIGIT_PREFIX : DIGIT_AGGREGATE, pass, count));
+  });
+  {  // thread d: the keys of digit d in the row's tiles before this one
+    const int d = tid;
+    uint32 before = 0;
+    if (t > 0) {
+      const uint64* row_words = status + (tile - t) * RADIX + d;
+      for (int64 j = t - 1;; --j) {  // tile 0 always has a prefix: the walk stops there
+        uint64 w = load_word(row_words + j * RADIX);
+        while ((w >> 62) == 0 || (int)((w >> 48) & 0x3fff) != pass) {
+          __nanosleep(64);  // the tile started before this one: its counts come shortly
+          w = load_word(row_words + j * RADIX);
+        }
+        before += (uint32)(w & DIGIT_COUNT_MASK);
+        if ((w & DIGIT_PREFIX) != 0) break;
+      }
+      store_word(&status[tile * RADIX + d], digit_word(DIGIT_PREFIX, pass, before + count));
+    }
+    global_base[d] = (int32)(seg * n) + (int32)(row_digit_base + before) - (int32)local_base[d];
+  }
+  __syncthreads();
+
+  S* xs = exchange;
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r)
+    if (valid[r]) xs[slot[r]] = (S)key[r];
+  __syncthreads();
+  int32 dest[ITEMS];  // (the host keeps radix sorts below 2**31 elements)
+#pragma unroll
+  for (int s = 0; s < ITEMS; ++s) {
+    const int j = s * THREADS + tid;
+    dest[s] = -1;
+    if (j < len) {
+      const K k = (K)xs[j];
+      dest[s] = global_base[digit(k, shift)] + j;
+      if (!last) {
+        reinterpret_cast<K*>(keys_out)[dest[s]] = k;
+      } else if (keys_out) {
+        reinterpret_cast<K*>(keys_out)[dest[s]] = KT::bits(k, desc);
+      }
+    }
+  }
+  if (!carry) return;
+  __syncthreads();  // every key is read from the exchange: it takes the positions now
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r)
+    if (valid[r]) xs[slot[r]] = (S)idx[r];
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < ITEMS; ++s) {
+    if (dest[s] < 0) continue;
+    const uint32 v = (uint32)xs[s * THREADS + tid];
+    if (!last) {
+      reinterpret_cast<uint32*>(idx_out)[dest[s]] = v;
+    } else if (idx_out) {
+      reinterpret_cast<int64*>(idx_out)[dest[s]] = (int64)v;
+    }
+  }
+}
+
+// --- rows of one tile: every pass in shared memory ---------------------------------------------
+// One block per row of n <= TILE elements: the keys are read once, sorted by all their digits
+// with rank_tile (keys and positions exchanged through shared memory between passes) and
+// written once. Padding (elements n..TILE-1) takes the largest key; being after every element,
+// a stable sort keeps it after them.
+
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    sort_rows_tile(const T* x, T* values, int64* indices, int64 n, bool desc, bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  typedef typename slot_of<K>::type S;
+  constexpr int PASSES = (int)sizeof(K);
+  __shared__ uint32 warp_count[WARPS][RADIX];
+  __shared__ uint32 local_base[RADIX];
+  __shared__ uint32 sums[WARPS];
+  __shared__ S exchange[TILE];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64 row = blockIdx.x;
+  const K* src = reinterpret_cast<const K*>(x) + row * n;
+  const int wbase = warp * 32 * ITEMS;
+  const bool carry = indices != nullptr;
+  K key[ITEMS];
+  bool valid[ITEMS];
+  uint32 idx[ITEMS];
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    key[r] = j < n ? KT::of(src[j], desc, exact) : KT::ONES;
+    valid[r] = true;
+    idx[r] = (uint32)j;
+  }
+  for (int p = 0; p < PASSES; ++p) {
+    for (int i = tid; i < WARPS * RADIX; i += THREADS) (&warp_count[0][0])[i] = 0;
+    __syncthreads();
+    uint32 slot[ITEMS];
+    uint32 count;
+    rank_tile<K>(key, valid, 8 * p, slot, warp_count, local_base, sums, &count, NoStep());
+#pragma unroll
+    for (int r = 0; r < ITEMS; ++r) exchange[slot[r]] = (S)key[r];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < ITEMS; ++r) key[r] = (K)exchange[wbase + r * 32 + lane];
+    if (carry) {
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) exchange[slot[r]] = (S)idx[r];
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < ITEMS; ++r) idx[r] = (uint32)exchange[wbase + r * 32 + lane];
+    }
+    __syncthreads();  // the exchange and the counters are free for the next pass
+  }
+#pragma unroll
+  for (int r = 0; r < ITEMS; ++r) {
+    const int j = wbase + r * 32 + lane;
+    if (j < n) {
+      if (values) reinterpret_cast<K*>(values)[row * n + j] = KT::bits(key[r], desc);
+      if (indices) indices[row * n + j] = (int64)idx[r];
+    }
+  }
+}
+
 // --- short rows: bitonic network in shared memory ----------------------------------------------
 // Block (P / 2, R): R rows of at most P elements, P / 2 threads each. Padding sorts last (the
 // largest key and an index no element has).
@@ -420,77 +736,186 @@ SORT_DEV int padded(int j) { return j + (j >> 5); }
 // Tile status of the look-back: 0 nothing yet, 1 aggregate published, 2 inclusive prefix.
 enum : int32 { STATUS_AGGREGATE = 1, STATUS_PREFIX = 2 };
 
-// How the look-back reads the status of tile j of the row starting at tile row0. (A host build
-// of this file for tests may define it to hide some prefixes, so that look-backs walk further.)
+// A look-back word: a tile's value and its flag together, so one load reads both and no fence
+// orders them (8 bytes for 4-byte accumulators, 16 for 8-byte ones: one vector access).
+template <class A, int BYTES = (int)sizeof(A)> struct ScanWord;
+SORT_DEV uint32 acc_bits(uint32 v) { return v; }
+SORT_DEV uint32 acc_bits(float v) { return detail::bits_of(v); }
+SORT_DEV uint64 acc_bits(uint64 v) { return v; }
+SORT_DEV uint64 acc_bits(double v) { return detail::bits_of(v); }
+template <class A> SORT_DEV A acc_of(uint64 b) { return (A)b; }
+template <> SORT_DEV float acc_of<float>(uint64 b) { return detail::float_of((uint32)b); }
+template <> SORT_DEV double acc_of<double>(uint64 b) {
+  const uint64 u = b;
+  double d;
+#if defined(__CUDA_ARCH__)
+  d = __longlong_as_double((long long)u);
+#else
+  __builtin_memcpy(&d, &u, sizeof d);
+#endif
+  return d;
+}
+template <class A> struct ScanWord<A, 4> {
+  typedef uint64 W;
+  static SORT_DEV void put(W* p, int32 flag, A v) {
+    *(volatile W*)p = ((uint64)(uint32)flag << 32) | (uint64)acc_bits(v);
+  }
+  static SORT_DEV int32 get(const W* p, A* v) {
+    const W w = *(const volatile W*)p;
+    *v = acc_of<A>((uint32)w);
+    return (int32)(w >> 32);
+  }
+};
+template <class A> struct ScanWord<A, 8> {
+  struct alignas(16) W {
+    uint64 value, flag;
+  };
+  static SORT_DEV void put(W* p, int32 flag, A v) {
+    const uint64 b = acc_bits(v), f = (uint64)(uint32)flag;
+#if defined(__CUDA_ARCH__)
+    asm volatile("st.volatile.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(b), "l"(f) : "memory");
+#else
+    volatile W* q = p;
+    q->value = b;
+    q->flag = f;
+#endif
+  }
+  static SORT_DEV int32 get(const W* p, A* v) {
+    uint64 b, f;
+#if defined(__CUDA_ARCH__)
+    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];"
+                 : "=l"(b), "=l"(f)
+                 : "l"(p)
+                 : "memory");
+#else
+    const volatile W* q = p;
+    b = q->value;
+    f = q->flag;
+#endif
+    *v = acc_of<A>(b);
+    return (int32)f;
+  }
+};
+
+// The look-back words of a row's tiles: aggregates and inclusive prefixes in two arrays (a
+// tile's aggregate stays readable after its prefix is published).
+template <class A> struct ScanStatus {
+  typedef ScanWord<A> Word;
+  typedef typename Word::W W;
+  W* aggs;
+  W* incls;
+  // Tile j's status and the value it announces (both words are loaded together).
+  SORT_DEV int32 read(int64 j, A* v) const {
+    A vi, va;
+    const int32 fi = Word::get(incls + j, &vi);
+    const int32 fa = Word::get(aggs + j, &va);
+    *v = fi ? vi : va;
+    return fi ? STATUS_PREFIX : fa ? STATUS_AGGREGATE : 0;
+  }
+  // Tile j's aggregate, once visible (a tile seen with its prefix published its aggregate
+  // before, but that store may become visible after the prefix's).
+  SORT_DEV A aggregate(int64 j) const {
+    A v;
+    while (!Word::get(aggs + j, &v)) __nanosleep(32);
+    return v;
+  }
+};
+
+// How the look-back sees a prefix of tile j of the row starting at tile row0: a host build of
+// this file for tests may define IGNIS_SORT_STATUS to hide some prefixes (they then read as
+// aggregates), so that look-backs walk further.
 #ifndef IGNIS_SORT_STATUS
 #define IGNIS_SORT_STATUS(status, row0, j) ((status)[(row0) + (j)])
 #endif
+struct PrefixSeen {
+  SORT_DEV int32 operator[](int64) const { return STATUS_PREFIX; }
+};
 
 // Warp 0 of the block of tile `tile` (tile t of its row, t > 0 looks back): publishes the tile's
-// aggregate, finds the nearest predecessor with its inclusive prefix and folds the aggregates
-// after it in tile order; publishes the tile's own inclusive prefix and returns its exclusive
-// prefix (identity for t == 0). Every lane returns the same value.
+// aggregate, finds the nearest predecessor with its inclusive prefix, 32 tiles a step, and folds
+// the aggregates after it in tile order; publishes the tile's own inclusive prefix and returns
+// its exclusive prefix (identity for t == 0). Every lane returns the same value. Each tile's
+// prefix is thus the left-to-right fold of the tile totals before it, whichever predecessor
+// was found: float results do not depend on timing. fold: 32 A of shared memory.
 template <class A, class Op>
-SORT_DEV A look_back(int64 tile, int64 t, A aggregate, volatile int32* status, volatile A* aggs,
-                     volatile A* incls) {
+SORT_DEV A look_back(int64 tile, int64 t, A aggregate, ScanStatus<A> st, volatile A* fold) {
+  typedef ScanWord<A> Word;
   const int lane = threadIdx.x & 31;
   if (lane == 0) {
-    aggs[tile] = aggregate;
-    if (t == 0) incls[tile] = aggregate;
-    __threadfence();
-    status[tile] = t == 0 ? STATUS_PREFIX : STATUS_AGGREGATE;
+    if (t == 0) {
+      Word::put(st.incls + tile, STATUS_PREFIX, aggregate);
+    } else {
+      Word::put(st.aggs + tile, STATUS_AGGREGATE, aggregate);
+    }
   }
   if (t == 0) return Op::template identity<A>();
   const int64 row0 = tile - t;  // the row's tile 0
-  int64 nearest = t - 1;        // the window: tiles nearest - 31 .. nearest of the row
-  int64 found;
+  const ScanStatus<A> row = {st.aggs + row0, st.incls + row0};
+  int64 nearest = t - 1;  // the window: tiles nearest - 31 .. nearest of the row
+  unsigned prefixes;
+  A v;
   for (;;) {
     const int64 j = nearest - lane;
     int32 s = 0;
+    v = Op::template identity<A>();
     if (j >= 0) {
-      s = IGNIS_SORT_STATUS(status, row0, j);
+      s = row.read(j, &v);
       while (s == 0) {  // the tile has just started: its aggregate comes within a tile's load
         __nanosleep(32);
-        s = IGNIS_SORT_STATUS(status, row0, j);
+        s = row.read(j, &v);
+      }
+      const PrefixSeen seen;
+      if (s == STATUS_PREFIX && IGNIS_SORT_STATUS(seen, 0, j) != STATUS_PREFIX) {
+        s = STATUS_AGGREGATE;
+        v = row.aggregate(j);
       }
     }
-    __threadfence();  // what the status announces is read after it
-    const unsigned prefixes = __ballot_sync(FULL, j >= 0 && s == STATUS_PREFIX);
-    if (prefixes) {
-      found = nearest - (__ffs(prefixes) - 1);
-      break;
-    }
+    prefixes = __ballot_sync(FULL, j >= 0 && s == STATUS_PREFIX);
+    if (prefixes) break;
     nearest -= 32;  // tile 0 always has its prefix: the row's window never passes it
   }
-  A excl = incls[row0 + found];
-  for (int64 j0 = found + 1; j0 < t; j0 += 32) {
-    const int64 j = j0 + lane;
-    const A a = j < t ? (A)aggs[row0 + j] : Op::template identity<A>();
-    const int count = (int)(t - j0 < 32 ? t - j0 : 32);
-    for (int i = 0; i < count; ++i) excl = Op::apply(excl, (A)__shfl_sync(FULL, a, i));
+  const int f = __ffs(prefixes) - 1;  // the lane of the nearest prefix
+  A excl = Op::template identity<A>();
+  if (nearest == t - 1) {  // the usual case: fold lanes f, f - 1, .., 0 (tiles in order)
+    fold[lane] = v;
+    __syncwarp();
+    if (lane == 0) {
+      excl = fold[f];
+      for (int i = f - 1; i >= 0; --i) excl = Op::apply(excl, (A)fold[i]);
+    }
+  } else {  // a longer walk: from the prefix found, forward over the aggregates after it
+    const int64 found = nearest - f;
+    excl = __shfl_sync(FULL, v, f);
+    for (int64 j0 = found + 1; j0 < t; j0 += 32) {
+      const int64 j = j0 + lane;
+      fold[lane] = j < t ? row.aggregate(j) : Op::template identity<A>();
+      __syncwarp();
+      if (lane == 0) {
+        const int count = (int)(t - j0 < 32 ? t - j0 : 32);
+        for (int i = 0; i < count; ++i) excl = Op::apply(excl, (A)fold[i]);
+      }
+      __syncwarp();
+    }
   }
-  if (lane == 0) {
-    incls[tile] = Op::apply(excl, aggregate);
-    __threadfence();
-    status[tile] = STATUS_PREFIX;
-  }
+  excl = __shfl_sync(FULL, excl, 0);
+  if (lane == 0) Word::put(st.incls + tile, STATUS_PREFIX, Op::apply(excl, aggregate));
   return excl;
 }
 
 // Inclusive scan of each row of in (rows, n) into out (rows, n + INIT), INIT: out[row, 0] is the
-// op's initial value and the scan follows it. status: one int32 per tile and zeroed, like
-// *counter, before the launch; aggs, incls: one A per tile. One block per tile.
+// op's initial value and the scan follows it. counter: zeroed before the launch; aggs, incls:
+// one ScanWord<A>::W per tile each, zeroed too. One block per tile.
 template <class T, class Op, bool INIT>
 __global__ void __launch_bounds__(THREADS)
-    scan_rows(const T* in, T* out, int64 n, int64 tiles_per_row, int32* status,
-              unsigned long long* counter, typename scan_acc<T>::type* aggs,
-              typename scan_acc<T>::type* incls) {
+    scan_rows(const T* in, T* out, int64 n, int64 tiles_per_row, unsigned long long* counter,
+              void* aggs, void* incls) {
   typedef typename scan_acc<T>::type A;
   constexpr int IT = ScanTile<A>::items;
   constexpr int SIZE = ScanTile<A>::size;
   __shared__ A items[SIZE + SIZE / 32];
   __shared__ A warp_totals[WARPS];
   __shared__ A prefix;
+  __shared__ A fold[32];
   __shared__ int64 tile_id;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) tile_id = (int64)atomicAdd(counter, 1ull);
@@ -528,7 +953,9 @@ __global__ void __launch_bounds__(THREADS)
   if (warp == 0) {
     A aggregate = warp_totals[0];
     for (int w = 1; w < WARPS; ++w) aggregate = Op::apply(aggregate, warp_totals[w]);
-    const A excl = look_back<A, Op>(tile, t, aggregate, status, aggs, incls);
+    typedef typename ScanWord<A>::W W;
+    const ScanStatus<A> st = {reinterpret_cast<W*>(aggs), reinterpret_cast<W*>(incls)};
+    const A excl = look_back<A, Op>(tile, t, aggregate, st, fold);
     if (lane == 0) prefix = excl;
   }
   __syncthreads();

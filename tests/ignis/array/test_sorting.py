@@ -189,6 +189,65 @@ def test_long_rows_take_the_radix_path(device, rng, dtype):
     check_sort(device, rng, dtype, (3, 9000), 1)
 
 
+# Row lengths around the CUDA paths' boundaries: shared-memory bitonic (<= 2048), one block a
+# row (2049..4096), Onesweep passes over tiles of 4096 (4097 on), and columns (axis 0) sorted
+# as rows of a transposed copy.
+TILE_ROWS = [((3, 2049), 1), ((2, 3000), 1), ((2, 4096), 1), ((2, 4097), 1), ((8192, 2), 0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,axis", TILE_ROWS)
+@pytest.mark.parametrize("path", cuda_sorting._RADIX_PATHS)
+def test_rows_across_the_tile_boundaries(device, rng, monkeypatch, dtype, shape, axis, path):
+    monkeypatch.setattr(cuda_sorting, "RADIX_PATH", path)  # (the CPU backend ignores it)
+    check_sort(device, rng, dtype, shape, axis)
+
+
+def _gpu_only(device: str) -> None:
+    if device == "cpu":
+        pytest.skip("2**24-element CUDA paths (many tiles, every look-back length)")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64", "float64", "uint16"])
+def test_sort_of_about_2_24_elements(device, rng, dtype):
+    _gpu_only(device)
+    n = (1 << 24) - 3
+    if dtype in FLOATS:  # every bit pattern of the keys matters: random values, few ties
+        a = rng.standard_normal(n).astype(dtype)
+        a[rng.integers(0, n, 1000)] = np.nan
+        a[rng.integers(0, n, 1000)] = -0.0
+    else:
+        a = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, size=n, dtype=dtype)
+    x = nv(a, device)
+    for desc in (False, True):
+        idx = ignis.argsort(x, descending=desc).to_host()
+        np.testing.assert_array_equal(idx, np_argsort(a, 0, desc), err_msg=f"{dtype} {desc}")
+        got = ignis.sort(x, descending=desc).to_host()
+        assert np.array_equal(got, np.take(a, idx), equal_nan=True)
+    rows = a[: 4095 * 4096].reshape(4095, 4096)  # the benchmark's rows of one tile
+    check = ignis.argsort(nv(rows, device), axis=1).to_host()
+    np.testing.assert_array_equal(check, np_argsort(rows, 1, False))
+
+
+def test_scans_and_unique_of_about_2_24_elements(device, rng):
+    _gpu_only(device)
+    n = (1 << 24) + 5
+    f = rng.uniform(-1, 1, size=n).astype(np.float32)
+    got = ignis.cumulative_sum(nv(f, device)).to_host()
+    np.testing.assert_allclose(got, np.cumsum(f.astype(np.float64)), rtol=1e-4, atol=2e-2)
+    again = ignis.cumulative_sum(nv(f, device)).to_host()
+    assert got.tobytes() == again.tobytes()  # the same bits whatever the look-backs found
+    i = rng.integers(-(1 << 40), 1 << 40, size=n)
+    np.testing.assert_array_equal(ignis.cumulative_sum(nv(i, device)).to_host(), np.cumsum(i))
+    few = rng.integers(0, 1000, size=n).astype(np.int32)
+    v, c = ignis.unique_counts(nv(few, device))
+    wv, wc = np.unique(few, return_counts=True)
+    np.testing.assert_array_equal(v.to_host(), wv)
+    np.testing.assert_array_equal(c.to_host(), wc)
+    many = rng.integers(0, 1 << 20, size=n).astype(np.float32)
+    np.testing.assert_array_equal(ignis.unique_values(nv(many, device)).to_host(), np.unique(many))
+
+
 def test_argsort_is_stable_for_equal_floats_of_different_bits(device):
     a = np.array([0.0, -0.0, np.nan, -np.nan, 1.0, -0.0, np.nan, 0.0], np.float32)
     for desc in (False, True):
@@ -390,7 +449,35 @@ def test_fake_gpu_short_rows_sort_in_one_launch(fake):
     assert struct.unpack("<qq??", b"".join(args[3:])) == (10, 100, True, False)
 
 
-def test_fake_gpu_radix_sort_launches_three_kernels_a_byte(fake):
+def test_fake_gpu_onesweep_sort_launches_a_histogram_and_a_kernel_a_byte(fake):
+    x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
+    ignis.sort(x)
+    assert _names(fake) == ["radix_histogram"] + ["radix_onesweep"] * 4
+    (hist, *passes) = fake.launches
+    assert hist[1] == (2, 1, 1) and hist[2] == (256, 1, 1)  # 2 rows x 1 chunk
+    assert struct.unpack("<Q", hist[4][0])[0] == x.data_ptr
+    assert all(p[1] == (4, 1, 1) for p in passes)  # 2 rows x 2 tiles
+    assert [struct.unpack("<i", p[4][9])[0] for p in passes] == [0, 1, 2, 3]
+    counters = [struct.unpack("<Q", p[4][6])[0] for p in passes]
+    assert [c - counters[0] for c in counters] == [0, 4, 8, 12]  # a tile counter a pass
+    assert struct.unpack("<Q", passes[0][4][0])[0] == x.data_ptr  # the first reads x itself
+    assert [p[4][10:] for p in passes][0] == [b"\x01", b"\x00", b"\x00", b"\x00", b"\x01"]
+    fake.launches.clear()
+    ignis.argsort(ignis.empty((5000,), dtype="int64", device="cuda:0"))
+    assert _names(fake).count("radix_onesweep") == 8
+    fake.launches.clear()
+    out = ignis.argsort(ignis.empty((5, 4096), dtype="int32", device="cuda:0"))
+    ((name, grid, block, _, args),) = fake.launches  # rows of one tile: one block a row
+    assert name == "ignis::sort::sort_rows_tile<ignis::int32>" and grid == (5, 1, 1)
+    assert block == (256, 1, 1) and struct.unpack("<Q", args[2])[0] == out.data_ptr
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(cuda_sorting, "RADIX_PATH", "fast")
+        with pytest.raises(ValueError, match="sort: RADIX_PATH must be one of"):
+            ignis.sort(x)
+
+
+def test_fake_gpu_lsd_radix_sort_launches_three_kernels_a_byte(fake, monkeypatch):
+    monkeypatch.setattr(cuda_sorting, "RADIX_PATH", "lsd")
     x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
     ignis.sort(x)
     assert _names(fake) == ["radix_upsweep", "scan_rows", "radix_downsweep"] * 4
@@ -460,8 +547,22 @@ def test_emulated_sort(emulated, rng, dtype):
     check_sort("cpu", rng, dtype, (5, 7, 3), 0)
     check_sort("cpu", rng, dtype, (9000,), 0)  # radix: three tiles, a pass per byte
     check_sort("cpu", rng, dtype, (2, 4500), 1)  # rows of two tiles
+    check_sort("cpu", rng, dtype, (3, 4096), 1)  # rows of one tile, in shared memory
+    check_sort("cpu", rng, dtype, (2, 2049), 1)
+    check_sort("cpu", rng, dtype, (2, 8193), 1)  # rows of three tiles, the last of one key
+    for kernel in ("radix_onesweep", "radix_histogram", "sort_rows_tile", "sort_rows_small"):
+        assert any(kernel in n for n in emulated.launched), kernel
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8", "bfloat16", "bool"])
+def test_emulated_lsd_sort(emulated, rng, monkeypatch, dtype):
+    monkeypatch.setattr(cuda_sorting, "RADIX_PATH", "lsd")
+    check_sort("cpu", rng, dtype, (9000,), 0)
+    check_sort("cpu", rng, dtype, (2, 4096), 1)
     assert any("radix_downsweep" in n for n in emulated.launched)
-    assert any("sort_rows_small" in n for n in emulated.launched)
+    assert not any("onesweep" in n or "rows_tile" in n for n in emulated.launched)
 
 
 @emulator

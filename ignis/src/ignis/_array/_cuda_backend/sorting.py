@@ -2,13 +2,20 @@
 (kernels in ``cuda_src/sort.cu``).
 
 * ``sort``: rows of at most :data:`SMALL_MAX` elements are sorted in shared memory, one block
-  per row (several per block for short rows), by a bitonic network on (key, index); longer
-  rows by a stable LSD radix sort on 8-bit digits of order-preserving keys, three launches a
-  digit (tile histograms, their scan, a stable scatter). Tiles never cross a row, so many
-  rows sort together in the same passes. The first pass reads the input itself and the last
-  writes the outputs: no conversion passes.
-* ``cumulative``: long rows by a one-pass scan with decoupled look-back (tile prefixes are
-  folded in tile order, so float results do not depend on timing); many short rows, and
+  per row (several per block for short rows), by a bitonic network on (key, index); rows of
+  at most :data:`TILE` by one block each that runs every radix pass in shared memory (read
+  once, written once); longer rows by a stable LSD radix sort on 8-bit digits of
+  order-preserving keys, Onesweep style: one launch counts the digits of every pass, then one
+  launch a digit ranks and scatters each tile, finding its offsets by a decoupled look-back
+  over the digit counts of the tiles before it. Tiles never cross a row, so many rows sort
+  together in the same passes. The first pass reads the input itself and the last writes the
+  outputs: no conversion passes. Positions travel as uint32 and are widened to int64 once, by
+  the last pass. :data:`RADIX_PATH` ``"lsd"`` (environment ``IGNIS_SORT_RADIX=lsd``) takes the
+  earlier radix sort instead, three launches a digit (tile histograms, their scan, a stable
+  scatter), for comparison.
+* ``cumulative``: long rows by a one-pass scan with decoupled look-back (each look-back step
+  reads 32 predecessors' status words, value and flag in one word; tile prefixes are folded in
+  tile order, so float results do not depend on timing); many short rows, and
   columns of a non-last axis when there are enough of them, one thread per row or column;
   otherwise the axis is made last by a copy first.
 * ``nonzero`` and ``unique`` compact in two passes around a scan of tile counts and read the
@@ -20,6 +27,7 @@ Nothing else here waits for the device.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ... import _dtypes as dt
@@ -40,16 +48,26 @@ SMALL_MAX = 2048  # longest row sorted in shared memory
 # Padded row length of the shared-memory sort -> rows per block (a block of >= 256 threads).
 SMALL_ROWS = {32: 16, 128: 4, 512: 1, 2048: 1}
 MAX_RADIX_ELEMENTS = 2**31 - 1  # the radix passes count in int32
+HIST_CHUNK = 8 * TILE  # sort.cu's HIST_CHUNK: keys one radix_histogram block counts
+# Which sort takes rows longer than SMALL_MAX: "onesweep" (rows of one tile in shared memory,
+# longer ones by Onesweep passes) or "lsd" (the three-launch passes of radix_upsweep /
+# radix_downsweep for every row). Read once per sort; set it to compare the two.
+RADIX_PATH = os.environ.get("IGNIS_SORT_RADIX", "onesweep")
+_RADIX_PATHS = ("onesweep", "lsd")
 _OPS = {"sum": "SumOp", "prod": "ProdOp"}
 _MODE_UNIQUE, _MODE_NONZERO = 0, 1
 
-# The dtypes with kernels: those of the library's C type table (a dtype added there comes here).
-DTYPES: tuple[dt.DType, ...] = tuple(d for d in CTYPE if isinstance(d, dt.DType))
+# The dtypes with kernels: the real ones of the library's C type table (a real dtype added
+# there comes here; sorting orders real values only).
+DTYPES: tuple[dt.DType, ...] = tuple(
+    d for d in CTYPE if isinstance(d, dt.DType) and d.kind in "biuf"
+)
+_CTYPES = {d: CTYPE[d] for d in DTYPES}
 SCAN_DTYPES = tuple(d for d in DTYPES if d is not dt.bool_)
 
 
 def _ctype(dtype: dt.DType, op: str) -> str:
-    c = CTYPE.get(dtype)
+    c = _CTYPES.get(dtype)
     if c is None:
         names = ", ".join(d.name for d in DTYPES)
         raise DTypeError(
@@ -71,6 +89,18 @@ def upsweep_name(dtype: dt.DType) -> str:
 
 def downsweep_name(dtype: dt.DType) -> str:
     return f"ignis::sort::radix_downsweep<{_ctype(dtype, 'sort')}>"
+
+
+def histogram_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_histogram<{_ctype(dtype, 'sort')}>"
+
+
+def onesweep_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_onesweep<{_ctype(dtype, 'sort')}>"
+
+
+def tile_sort_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::sort_rows_tile<{_ctype(dtype, 'sort')}>"
 
 
 def small_sort_name(dtype: dt.DType, padded: int) -> str:
@@ -107,6 +137,7 @@ def kernel_names() -> list[str]:
     names = []
     for d in DTYPES:
         names += [upsweep_name(d), downsweep_name(d), searchsorted_name(d)]
+        names += [histogram_name(d), onesweep_name(d), tile_sort_name(d)]
         names += [small_sort_name(d, p) for p in SMALL_ROWS]
         names += [count_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
         names += [compact_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
@@ -146,20 +177,20 @@ def _scan_rows(
     ``dst``); returns its workspaces (alive until the caller is done queueing)."""
     per_row = -(-n // _scan_tile(dtype))
     tiles = rows * per_row
-    status = _scratch(backend, (tiles + 2,), dt.int32)  # [tile counter (8 bytes), statuses]
+    # one zeroed workspace: [tile counter (16 bytes), aggregate words, prefix words], a word
+    # being the value and its flag (ScanWord in sort.cu: 16 bytes for 8-byte accumulators)
+    word = 16 if dtype.itemsize == 8 else 8
+    status = _scratch(backend, (16 + 2 * tiles * word,), dt.uint8)
     backend.fill(status, 0)
-    acc = 8 if dtype.itemsize == 8 else 4
-    aggs = _scratch(backend, (tiles * acc,), dt.uint8)
-    incls = _scratch(backend, (tiles * acc,), dt.uint8)
     sp = backend.data_ptr(status)
     _launch(
         backend,
         scan_rows_name(dtype, op, init),
         tiles,
         THREADS,
-        [src, dst, n, per_row, sp + 8, sp, backend.data_ptr(aggs), backend.data_ptr(incls)],
+        [src, dst, n, per_row, sp, sp + 16, sp + 16 + tiles * word],
     )
-    return [status, aggs, incls]
+    return [status]
 
 
 def _count(backend: Any, x: NvArray, mode: int) -> tuple[int, NvArray]:
@@ -213,11 +244,92 @@ def sort(
             [xp, vp, ip, rows, n, desc, exact],
         )
         return
+    path = RADIX_PATH
+    if path not in _RADIX_PATHS:
+        raise ValueError(f"sort: RADIX_PATH must be one of {_RADIX_PATHS}, got {path!r}")
+    if n <= TILE and path == "onesweep":
+        _launch(backend, tile_sort_name(dtype), rows, THREADS, [xp, vp, ip, n, desc, exact])
+        return
     total = rows * n
     if total > MAX_RADIX_ELEMENTS:
         raise ValueError(
             f"sort: the CUDA radix sort takes at most {MAX_RADIX_ELEMENTS} elements, got {total}"
         )
+    if path == "lsd":
+        _sort_lsd(backend, xp, vp, ip, rows, n, dtype, desc, exact)
+    else:
+        _sort_onesweep(backend, xp, vp, ip, rows, n, dtype, desc, exact)
+
+
+def _ping_pong(
+    backend: Any, total: int, dtype: dt.DType, passes: int, carry: bool
+) -> tuple[list[NvArray], list[NvArray]]:
+    """The key (and position) buffers the passes between the first and the last alternate on."""
+    keys = [
+        _scratch(backend, (total * dtype.itemsize,), dt.uint8) for _ in range(min(2, passes - 1))
+    ]
+    positions = [_scratch(backend, (total,), dt.int32) for _ in keys] if carry else []
+    return keys, positions
+
+
+def _sort_onesweep(
+    backend: Any,
+    xp: int,
+    vp: int,
+    ip: int,
+    rows: int,
+    n: int,
+    dtype: dt.DType,
+    desc: bool,
+    exact: bool,
+) -> None:
+    """Queue the Onesweep sort of ``rows`` rows of ``n`` at ``xp``: one histogram launch, one
+    launch a key byte."""
+    passes = dtype.itemsize  # one per 8-bit digit of the key
+    per_seg = -(-n // TILE)
+    tiles = rows * per_seg
+    chunks = -(-n // HIST_CHUNK)
+    # one zeroed workspace: [a tile counter a pass (8 words), the digit counts of every (row,
+    # pass), the look-back words of every (tile, digit), shared by the passes]
+    hist_off = 32
+    status_off = hist_off + 4 * rows * passes * RADIX
+    status_off += -status_off % 8
+    ws = _scratch(backend, (status_off + 8 * tiles * RADIX,), dt.uint8)
+    backend.fill(ws, 0)
+    wp = backend.data_ptr(ws)
+    hp, sp = wp + hist_off, wp + status_off
+    _launch(
+        backend, histogram_name(dtype), rows * chunks, THREADS, [xp, hp, n, chunks, desc, exact]
+    )
+    carry = ip != 0
+    keys, positions = _ping_pong(backend, rows * n, dtype, passes, carry)
+    keys_in, idx_in = xp, 0
+    name = onesweep_name(dtype)
+    for p in range(passes):
+        first, last = p == 0, p == passes - 1
+        if last:
+            keys_out, idx_out = vp, ip
+        else:
+            keys_out = backend.data_ptr(keys[p % 2])
+            idx_out = backend.data_ptr(positions[p % 2]) if carry else 0
+        args = [keys_in, idx_in, keys_out, idx_out, hp, sp, wp + 4 * p, n, per_seg, p]
+        _launch(backend, name, tiles, THREADS, args + [first, last, carry, desc, exact])
+        keys_in, idx_in = keys_out, idx_out
+
+
+def _sort_lsd(
+    backend: Any,
+    xp: int,
+    vp: int,
+    ip: int,
+    rows: int,
+    n: int,
+    dtype: dt.DType,
+    desc: bool,
+    exact: bool,
+) -> None:
+    """Queue the three-launch-a-byte radix sort (upsweep, scan of the counts, downsweep)."""
+    total = rows * n
     passes = dtype.itemsize  # one per 8-bit digit of the key
     per_seg = -(-n // TILE)
     tiles = rows * per_seg
@@ -226,9 +338,7 @@ def sort(
     offsets = _scratch(backend, (length + 1,), dt.int32)
     cp, op = backend.data_ptr(counts), backend.data_ptr(offsets)
     carry = ip != 0
-    nbytes = total * dtype.itemsize
-    keys = [_scratch(backend, (nbytes,), dt.uint8) for _ in range(min(2, passes - 1))]
-    positions = [_scratch(backend, (total,), dt.int32) for _ in keys] if carry else []
+    keys, positions = _ping_pong(backend, total, dtype, passes, carry)
     keys_in, idx_in = xp, 0
     up, down = upsweep_name(dtype), downsweep_name(dtype)
     for p in range(passes):
