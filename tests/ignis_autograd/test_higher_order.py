@@ -8,17 +8,25 @@ import gc
 
 import numpy as np
 import pytest
+from ignis_autograd._graph import live_nodes
 
 import ignis
 import ignis_autograd as ag
-from ignis_autograd import AutogradError, Function, GraphFreedError, Tensor, grad, once_differentiable
+from ignis_autograd import (
+    AutogradError,
+    Function,
+    GraphFreedError,
+    Tensor,
+    grad,
+    once_differentiable,
+)
 from ignis_autograd import functional as F
-from ignis_autograd._graph import live_nodes
 
 
 def leaf(v, device, grad_=True):
-    return Tensor.from_host(np.asarray(v, dtype=np.float64), dtype="float64", device=device,
-                            requires_grad=grad_)
+    return Tensor.from_host(
+        np.asarray(v, dtype=np.float64), dtype="float64", device=device, requires_grad=grad_
+    )
 
 
 # --- grad() ------------------------------------------------------------------------------------
@@ -66,9 +74,13 @@ def test_grad_errors_name_the_argument(device) -> None:
     assert gz is None and gx is not None
     with pytest.raises(AutogradError, match=r"inputs\[0\] does not require grad"):
         grad(y, leaf([1.0], device, grad_=False), retain_graph=True)
-    with pytest.raises(ignis.ShapeError, match=r"grad: grad_outputs\[0\] is required for an output of shape \(2,\)"):
+    with pytest.raises(
+        ignis.ShapeError, match=r"grad: grad_outputs\[0\] is required for an output of shape \(2,\)"
+    ):
         grad(x * 2.0, x)
-    with pytest.raises(ignis.ShapeError, match=r"grad_outputs\[0\] has shape \(3,\), expected \(2,\)"):
+    with pytest.raises(
+        ignis.ShapeError, match=r"grad_outputs\[0\] has shape \(3,\), expected \(2,\)"
+    ):
         grad(x * 2.0, x, [np.ones(3)])
     with pytest.raises(ValueError, match="2 grad_outputs for 1 outputs"):
         grad(x * 2.0, x, [np.ones(2), np.ones(2)])
@@ -90,7 +102,7 @@ def test_without_retain_graph_a_second_grad_raises(device) -> None:
 def test_backward_with_create_graph_gives_differentiable_grads(device, rng) -> None:
     xv = rng.uniform(0.5, 2.0, 3)
     x = leaf(xv, device)
-    (x ** 3).sum().backward(create_graph=True)
+    (x**3).sum().backward(create_graph=True)
     g = x.grad
     assert isinstance(g, Tensor) and g.requires_grad
     np.testing.assert_allclose(g.to_host(), 3 * xv**2, rtol=1e-13)
@@ -166,6 +178,28 @@ def test_a_function_with_a_differentiable_backward_has_second_derivatives(device
     assert ag.gradgradcheck(Cube.apply, [leaf(xv, device)])
 
 
+class SavedOutputExp(Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)  # an output: a recorded pass sees it on the graph
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * y
+
+
+def test_a_function_that_saves_its_output_differentiates_twice(device, rng) -> None:
+    xv = rng.standard_normal(3)
+    x = leaf(xv, device)
+    (g,) = grad(SavedOutputExp.apply(x).sum(), x, create_graph=True)
+    (h,) = grad(g.sum(), x)
+    np.testing.assert_allclose(h.to_host(), np.exp(xv), rtol=1e-13)
+    assert ag.gradgradcheck(SavedOutputExp.apply, [leaf(xv, device)])
+
+
 def test_double_backward_through_once_differentiable_raises_naming_it(device) -> None:
     x = leaf([1.0, 2.0], device)
     (g,) = grad(OnceCube.apply(x).sum(), x, create_graph=True)  # first order works
@@ -222,19 +256,23 @@ def test_a_function_inside_capture_step_matches_eager() -> None:
     def run(captured):
         w = Tensor(ignis.asarray(w0, device="cuda:0"), requires_grad=True)
         opt = ag.optim.SGD([w], lr=0.1)
-        x = ignis.asarray(xs[0], device="cuda:0")
 
-        def step():
+        def step(x):
             opt.zero_grad()
             loss = (Scale.apply(Tensor(x) @ w) ** 2).mean()
             loss.backward()
             opt.step()
-            return loss
+            return loss.detach()
 
-        fn = ag.capture_step(step) if captured else step
-        for xv in xs:
-            x.copy_(ignis.asarray(xv, device="cuda:0"))
-            fn()
+        x0 = ignis.asarray(xs[0], device="cuda:0")
+        if captured:
+            fn = ag.capture_step(step, x0)  # two eager steps on x0, then the capture
+        else:
+            step(x0)
+            step(x0)
+            fn = step
+        for xv in xs[1:]:
+            fn(ignis.asarray(xv, device="cuda:0"))
         return w.to_host()
 
     np.testing.assert_allclose(run(True), run(False), rtol=1e-6, atol=1e-7)
@@ -307,7 +345,7 @@ def test_hessian_hvp_vhp_of_a_quartic(device, rng) -> None:
 def test_create_graph_transforms_differentiate_back_to_their_inputs(device, rng) -> None:
     xv = rng.standard_normal(3)
     x = leaf(xv, device)
-    _, g = F.vjp(lambda t: (t ** 3).sum(), x, create_graph=True)
+    _, g = F.vjp(lambda t: (t**3).sum(), x, create_graph=True)
     assert g.requires_grad
     (h,) = grad(g.sum(), x)
     np.testing.assert_allclose(h.to_host(), 6 * xv, rtol=1e-13)

@@ -34,8 +34,10 @@ def _hvp(model, ids, vs, device):
     params = [p for _, p in model.named_parameters()]
     gs = ag.grad(_loss(model, ids, device), params, create_graph=True)
     dot = sum(
-        ((g * Tensor.from_host(vs[n], dtype="float64", device=device)).sum()
-         for (n, _), g in zip(model.named_parameters(), gs, strict=True)),
+        (
+            (g * Tensor.from_host(vs[n], dtype="float64", device=device)).sum()
+            for (n, _), g in zip(model.named_parameters(), gs, strict=True)
+        ),
         Tensor.from_host(0.0, dtype="float64", device=device),
     )
     return ag.grad(dot, params)
@@ -66,13 +68,15 @@ def test_gpt_hvp_matches_torch(device):
     load_torch(tmodel, model, strict=False)
     hv = _hvp(model, ids, vs, device)
     tparams = dict(tmodel.named_parameters())
-    tlogits = tmodel(torch.from_numpy(ids[:, :-1]))
-    tloss = torch.nn.functional.cross_entropy(
-        tlogits.reshape(-1, V), torch.from_numpy(ids[:, 1:]).reshape(-1)
-    )
     names = [n for n, _ in model.named_parameters()]
-    tg = torch.autograd.grad(tloss, [tparams[n] for n in names], create_graph=True)
-    dot = sum((g * torch.from_numpy(vs[n])).sum() for n, g in zip(names, tg))
-    thv = torch.autograd.grad(dot, [tparams[n] for n in names])
+    # (PyTorch's CPU attention kernels have no double backward; its math path has)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        tlogits = tmodel(torch.from_numpy(ids[:, :-1]))
+        tloss = torch.nn.functional.cross_entropy(
+            tlogits.reshape(-1, V), torch.from_numpy(ids[:, 1:]).reshape(-1)
+        )
+        tg = torch.autograd.grad(tloss, [tparams[n] for n in names], create_graph=True)
+        dot = sum((g * torch.from_numpy(vs[n])).sum() for n, g in zip(names, tg, strict=True))
+        thv = torch.autograd.grad(dot, [tparams[n] for n in names])
     for n, mine, theirs in zip(names, hv, thv, strict=True):
         assert_close(mine, theirs, 1e-8), n
