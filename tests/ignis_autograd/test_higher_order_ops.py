@@ -92,8 +92,14 @@ def test_third_and_fourth_derivatives_of_a_composition(device) -> None:
 
 @pytest.mark.parametrize(
     ("sa", "sb"),
-    [((3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4, 2)),
-     ((2, 3, 4), (2, 4, 2))],
+    [
+        ((3, 4), (4, 2)),
+        ((4,), (4, 2)),
+        ((3, 4), (4,)),
+        ((4,), (4,)),
+        ((2, 3, 4), (4, 2)),
+        ((2, 3, 4), (2, 4, 2)),
+    ],
     ids=str,
 )
 def test_matmul_second_derivative(device, sa, sb, rng) -> None:
@@ -115,14 +121,16 @@ def test_where_clip_and_bias_second_derivatives(device, rng) -> None:
     assert gradgradcheck(lambda x, y: ag.where(cond, x * x, y.sin()), [a, b])
     assert gradgradcheck(lambda x: (x * x).clip(0.2, 2.0) * x, [a])
     bias = _leaf(rng, device, (4,))
-    assert gradgradcheck(lambda x, c: (x.add_bias(c) ** 2), [a, bias])
+    assert gradgradcheck(lambda x, c: x.add_bias(c) ** 2, [a, bias])
 
 
 def test_shape_ops_second_derivatives(device, rng) -> None:
     x = _leaf(rng, device, (2, 3, 4))
     assert gradgradcheck(lambda t: (t.reshape(6, 4) ** 2).permute(1, 0), [x])
     assert gradgradcheck(
-        lambda t: t.transpose().sin() * t.sum(axis=0, keepdims=True).broadcast_to((2, 3, 4)).transpose(),
+        lambda t: (
+            t.transpose().sin() * t.sum(axis=0, keepdims=True).broadcast_to((2, 3, 4)).transpose()
+        ),
         [x],
     )
     y = _leaf(rng, device, (2, 3, 4))
@@ -135,9 +143,9 @@ def test_indexing_second_derivatives(device, rng) -> None:
     x = _leaf(rng, device, (5, 3))
     rows = ignis.asarray(np.array([4, 0, 4, 2]), device=device)  # a repeated row adds up
     mask = ignis.asarray(rng.uniform(size=(5, 3)) > 0.4, device=device)
-    assert gradgradcheck(lambda t: (t[1:4, ::2] ** 2), [x])
-    assert gradgradcheck(lambda t: (t[rows] ** 3), [x])
-    assert gradgradcheck(lambda t: (t[rows, 1:] * t[rows, :2]), [x])
+    assert gradgradcheck(lambda t: t[1:4, ::2] ** 2, [x])
+    assert gradgradcheck(lambda t: t[rows] ** 3, [x])
+    assert gradgradcheck(lambda t: t[rows, 1:] * t[rows, :2], [x])
     assert gradgradcheck(lambda t: t[mask].sin(), [x])
 
 
@@ -185,10 +193,20 @@ def test_norm_second_derivatives(device, norm, fused, rng) -> None:
     assert gradgradcheck(lambda t, *p: fn(view(t), shape, *p).tanh(), inputs)
 
 
+def test_layer_norm_with_a_bias_and_no_weight_second_derivative(device, rng) -> None:
+    x, b = _leaf(rng, device, (3, 4)), _leaf(rng, device, (4,))
+    assert gradgradcheck(lambda t, c: ag.layer_norm(t, 4, None, c).tanh(), [x, b])
+
+
 @pytest.mark.parametrize(
     "options",
-    [{}, {"reduction": "sum"}, {"reduction": "none"}, {"ignore_index": 2},
-     {"label_smoothing": 0.2, "ignore_index": 0}],
+    [
+        {},
+        {"reduction": "sum"},
+        {"reduction": "none"},
+        {"ignore_index": 2},
+        {"label_smoothing": 0.2, "ignore_index": 0},
+    ],
     ids=str,
 )
 def test_cross_entropy_second_derivative(device, options, rng) -> None:

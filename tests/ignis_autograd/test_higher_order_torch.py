@@ -70,7 +70,11 @@ def _compare(ours: list, theirs: list) -> None:
 
 # --- every case of the op-case table ---------------------------------------------------------
 
-TWICE = [c for c in CASES if c.theirs is not None and c.id not in ("dropout", "checkpoint")]
+# (dropout and checkpoint have no PyTorch twin with the same randomness; PyTorch 2.11's own
+# double backward of layer_norm with a bias and no weight fails inside PyTorch, so that form is
+# checked by gradgradcheck in test_higher_order_ops instead)
+SKIP = ("dropout", "checkpoint", "layer_norm_bias_only")
+TWICE = [c for c in CASES if c.theirs is not None and c.id not in SKIP]
 
 
 @pytest.mark.parametrize("case", TWICE, ids=[c.id for c in TWICE])

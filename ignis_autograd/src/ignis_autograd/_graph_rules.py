@@ -36,7 +36,7 @@ from ignis import NvArray
 from . import _graph
 from ._graph import Node, _check_custom
 from .attention import _composite as _attention_composite
-from .function import _refusing
+from .function import _on_node, _refusing
 from .tensor import Tensor, _plain
 
 __all__ = ["graph_vjp", "GRAPH_RULES", "LINKS", "composite_vjp", "tensor_softmax_backward"]
@@ -45,16 +45,6 @@ _F32 = ignis.float32
 
 
 # --- linking saved arrays to the graph ------------------------------------------------------
-
-
-def _linked(data: NvArray, node: Node) -> Tensor:
-    """A Tensor over ``data`` whose gradient flows into ``node``."""
-    t = Tensor.__new__(Tensor)
-    t.data = data
-    t.grad = None
-    t.grad_fn = node
-    t._requires_grad = True
-    return t
 
 
 def link(node: Node, spec: Any, data: Any) -> Any:
@@ -72,8 +62,8 @@ def link(node: Node, spec: Any, data: Any) -> Any:
         return edge.reshape(data.shape)
     shape = edge.out_shape
     if data.shape == shape:
-        return _linked(data, edge)
-    return _linked(data.reshape(shape), edge).reshape(data.shape)
+        return _on_node(data, edge)
+    return _on_node(data.reshape(shape), edge).reshape(data.shape)
 
 
 #: rule name -> what each saved value of its context is (input index, "out" or None)

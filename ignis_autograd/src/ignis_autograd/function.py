@@ -56,6 +56,7 @@ it) and calls backward once with every output's gradient.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -234,7 +235,7 @@ def _outside(o: Any) -> Any:
 class _State:
     """What a recorded Function's nodes share: the ctx and what the checks and zeros need."""
 
-    __slots__ = ("fn", "ctx", "outputs", "inputs", "run", "pending")
+    __slots__ = ("fn", "ctx", "outputs", "inputs", "run", "pending", "saved_outputs")
 
     def __init__(self, fn: type[Function], ctx: FunctionCtx, outputs: list[Any], inputs: list):
         self.fn = fn
@@ -247,6 +248,9 @@ class _State:
         # multi-output Functions: the walk the gradients below belong to, and those gradients
         self.run: Any = None
         self.pending: list[Any] | None = None
+        # (position in saved_tensors, weak reference to the node of the output saved there):
+        # a recorded backward pass sees those outputs on the graph (weak: no reference cycle)
+        self.saved_outputs: list[tuple[int, Any]] = []
 
 
 def _meta(x: NvArray) -> tuple[Any, Any, Any]:
@@ -304,6 +308,11 @@ def _record(cls: type[Function], ctx: FunctionCtx, args: tuple[Any, ...], raw: A
             t = wrapped[k]
             t.grad_fn = Node(name, _output_vjp, (shared, k), to_main, t.data, fresh=False)
             t._requires_grad = True
+    position = {id(o): k for k, o in enumerate(outs) if k in diff}
+    for i, saved in enumerate(ctx._saved):
+        k = position.get(id(saved))
+        if k is not None:
+            shared.saved_outputs.append((i, weakref.ref(wrapped[k].grad_fn)))
     return wrapped[0] if single else tuple(wrapped)
 
 
@@ -347,7 +356,30 @@ def _call_backward(shared: _State, grads: list[Any]) -> tuple[Any, ...]:
             grads[k] = _plain(ignis.zeros(shape, dtype=dtype, device=device))
     run = current_run()
     keep = run is not None and run.create_graph
-    return _check(shared.fn, shared.inputs, shared.fn.backward(ctx, *grads), keep)
+    if not (keep and shared.saved_outputs):
+        return _check(shared.fn, shared.inputs, shared.fn.backward(ctx, *grads), keep)
+    # A recorded pass: the outputs forward saved are seen as the outputs themselves, so that
+    # the backward's dependence on them is recorded too.
+    saved = ctx._saved
+    linked = list(saved)
+    for i, ref in shared.saved_outputs:
+        node = ref()
+        if node is not None:
+            data = saved[i].data if isinstance(saved[i], Tensor) else saved[i]
+            linked[i] = _on_node(data, node)
+    ctx._saved = tuple(linked)
+    try:
+        return _check(shared.fn, shared.inputs, shared.fn.backward(ctx, *grads), keep)
+    finally:
+        ctx._saved = saved
+
+
+def _on_node(data: NvArray, node: Node) -> Tensor:
+    """A Tensor over ``data`` whose gradient flows into ``node``."""
+    t = _plain(data)
+    t.grad_fn = node
+    t._requires_grad = True
+    return t
 
 
 def _is_expandable(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
