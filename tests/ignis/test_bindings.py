@@ -82,6 +82,26 @@ def test_the_report_prints_the_missing_nvrtc_without_a_traceback(nvrtc_missing, 
         assert "kernels compile once NVRTC is installed" in out
 
 
+def test_the_report_says_which_gemm_path_and_libraries_are_in_use(capsys, monkeypatch):
+    from ignis import _cublas, _cufft
+
+    main(["--no-self-check"])
+    lines = capsys.readouterr().out.splitlines()
+    cublas = next(line for line in lines if line.strip().startswith("cuBLAS"))
+    if _cublas.load() is not None:
+        version = ".".join(map(str, _cublas.load().version))
+        assert f"{version} (matrix products on cuBLAS)" in cublas
+    else:
+        assert "own GEMM kernels" in cublas and "cublas-cu1" in cublas
+    assert any(line.strip().startswith(("cuSOLVER", "cuFFT")) for line in lines)
+    # a library that is missing is a line naming the extra, not an error
+    monkeypatch.setattr(_cufft, "load", lambda: None)
+    main(["--no-self-check"])
+    out = capsys.readouterr().out.splitlines()
+    cufft = next(line for line in out if line.strip().startswith("cuFFT"))
+    assert "not installed" in cufft and "cufft-cu1" in cufft
+
+
 def test_the_report_fails_the_self_check_on_a_gpu_without_nvrtc(nvrtc_missing, capsys):
     if not ignis.is_available():
         pytest.skip("needs a GPU: without one the report exits 0")

@@ -17,10 +17,10 @@ requirements = pytest.importorskip("packaging.requirements")
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_EXTRAS = {"cu12": 12, "cu13": 13, "cublas-cu12": 12, "cublas-cu13": 13,
-               "cusolver-cu12": 12, "cusolver-cu13": 13}
+               "cusolver-cu12": 12, "cusolver-cu13": 13, "cufft-cu12": 12, "cufft-cu13": 13}
 # Wheels that number their releases on their own: CUDA major -> the wheel's major version
 # (cuSOLVER 11.x ships with CUDA 12, 12.x with CUDA 13). Others carry the CUDA major.
-WHEEL_MAJORS = {"nvidia-cusolver": {12: 11, 13: 12}}
+WHEEL_MAJORS = {"nvidia-cusolver": {12: 11, 13: 12}, "nvidia-cufft": {12: 11, 13: 12}}
 
 
 def _project(dist: str) -> dict:
@@ -62,6 +62,13 @@ def test_each_cuda_extra_admits_exactly_one_cuda_major_version(extra: str) -> No
             f"ignis[{extra}]: {req} admits versions {sorted(admitted)}, expected {wanted} "
             f"(CUDA {major})"
         )
+
+
+@pytest.mark.parametrize("extra", ["cu12", "cu13"])
+def test_the_gpu_extras_bring_cublas(extra: str) -> None:
+    # The README's GPU command installs [cu12]: its matrix products must run on cuBLAS.
+    names = _names(_project("ignis")["optional-dependencies"][extra])
+    assert any(n.startswith("nvidia-cublas") for n in names), f"ignis[{extra}] lacks cuBLAS"
 
 
 def test_every_extra_naming_a_cuda_package_is_checked() -> None:

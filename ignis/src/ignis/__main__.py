@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__
 from ._bindings import (
+    bindings_major,
     bindings_unavailable_reason,
     bindings_version,
     driver_available,
@@ -53,6 +54,34 @@ def _device_lines() -> list[str]:
             f" cooperative launch {'yes' if p['cooperative_launch'] else 'no'};"
             f" memory pools {'yes' if p['memory_pools_supported'] else 'no'}",
         ]
+    return lines
+
+
+def _library_lines() -> list[str]:
+    """One line per optional NVIDIA library: its version and what uses it, or what runs without
+    it and the extra that installs it (loading needs no GPU)."""
+    from . import _cublas, _cufft, _cusolver, _nvidia_libs
+
+    try:
+        major = bindings_major() if not bindings_unavailable_reason() else None
+    except Exception:  # pragma: no cover - the bindings line already says what is wrong
+        major = None
+    rows = (
+        ("cuBLAS", _cublas.load, "cublas", "matrix products on cuBLAS",
+         "matrix products on ignis' own GEMM kernels"),
+        ("cuSOLVER", _cusolver.load, "cusolver", "ignis.linalg's GPU factorizations",
+         "ignis.linalg's factorizations need it on a GPU"),
+        ("cuFFT", _cufft.load, "cufft", "ignis.fft on the GPU", "ignis.fft needs it on a GPU"),
+    )
+    lines = []
+    for name, load, family, used, without in rows:
+        lib = load()
+        if lib is not None:
+            version = ".".join(str(v) for v in lib.version)
+            lines.append(f"  {name:<15} {version} ({used})")
+        else:
+            hint = _nvidia_libs.install_hint(family, major)
+            lines.append(f"  {name:<15} not installed: {without} ({hint})")
     return lines
 
 
@@ -125,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  NVRTC           {major}.{minor}")
     print(f"  CUDA driver     {'{}.{}'.format(*drv) if drv else 'not available'}")
     print(f"  compile cache   {cache_dir() or 'disabled'}")
+    for line in _library_lines():
+        print(line)
     if not driver_available():
         why = "cuda-bindings is not installed (see above)" if bindings_problem else None
         print(f"no GPU: {why or driver_unavailable_reason()}")
