@@ -361,3 +361,16 @@ def test_transforms_check_their_arguments(device) -> None:
         F.hessian(lambda t: t * 2.0, x)
     with pytest.raises(TypeError, match=r"vjp: inputs\[0\] must be a Tensor, got list"):
         F.vjp(lambda t: t, [[1.0]])
+
+
+def test_optimizers_take_the_grads_a_recorded_backward_leaves(device, rng) -> None:
+    wv = rng.standard_normal(3)
+    w = leaf(wv, device)
+    opt = ag.optim.SGD([w], lr=0.5)
+    (w**2).sum().backward(create_graph=True)
+    assert isinstance(w.grad, Tensor)
+    ag.optim.clip_grad_norm_([w], 1e9)
+    opt.step()
+    np.testing.assert_allclose(w.to_host(), wv - 0.5 * 2 * wv, rtol=1e-13)
+    opt.zero_grad(set_to_none=False)
+    assert not isinstance(w.grad, Tensor) and not np.any(w.grad.to_host())

@@ -24,6 +24,8 @@ def zero_grads(params: Iterable[Tensor], set_to_none: bool = False) -> None:
         g = p.grad
         if g is None:
             continue
+        if isinstance(g, Tensor):  # left by backward(create_graph=True): detached, as PyTorch
+            g = p.grad = g.data
         if set_to_none:
             p.grad = None
         elif g.dtype.kind == "f" and g.is_contiguous:

@@ -45,8 +45,9 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float,
         if not isinstance(p, Tensor):
             raise TypeError(f"{op}: params[{i}] must be a Tensor, got {type(p).__name__}")
         device = p.device if device is None else device
-        if p.grad is not None:
-            grads.append(p.grad)
+        g = p.grad
+        if g is not None:
+            grads.append(g.data if isinstance(g, Tensor) else g)  # (Tensor: create_graph's)
     total = ignis.nn.multi_tensor_l2_norm(grads, device=device)
     if grads:
         ignis.nn.multi_tensor_clip_(grads, total, max_norm)

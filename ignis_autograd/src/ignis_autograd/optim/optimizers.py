@@ -29,7 +29,8 @@ __all__ = ["SGD", "Adam", "AdamW"]
 
 
 def _grads(params: list[Tensor]) -> list[NvArray]:
-    return [p.grad for p in params]
+    # (a Tensor after backward(create_graph=True): its values are the gradient)
+    return [p.grad if p.grad.__class__ is not Tensor else p.grad.data for p in params]
 
 
 class SGD(Optimizer):
