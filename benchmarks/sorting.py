@@ -14,7 +14,9 @@ equal keys may differ: torch.argsort is not stable by default), unique values ex
 
 Rows marked ``(lsd)`` run the earlier radix sort (three launches a key byte;
 ``ignis._array._cuda_backend.sorting.RADIX_PATH = "lsd"``) beside the default Onesweep path, in
-the same process, so that one run compares the two.
+the same process, so that one run compares the two. Rows marked ``(look-back)`` do the same for
+the scan: the one-pass decoupled look-back (``SCAN_PATH = "look_back"``) beside the default
+three-pass scan (tile totals, their prefixes, the scan from them).
 
 unique and the other data-dependent sizes wait once for the device in both libraries; that
 wait is inside the timed region. PyTorch's ``torch.sort`` always computes values and indices.
@@ -36,17 +38,28 @@ import ignis
 N = 1 << 24
 
 
-def _lsd(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``fn`` run with the earlier three-launch radix sort."""
+def _with(switch: str, value: str, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with the module switch ``switch`` of the CUDA sorting families at ``value``."""
 
     def run(x: Any) -> Any:
-        saved, cuda_sorting.RADIX_PATH = cuda_sorting.RADIX_PATH, "lsd"
+        saved = getattr(cuda_sorting, switch)
+        setattr(cuda_sorting, switch, value)
         try:
             return fn(x)
         finally:
-            cuda_sorting.RADIX_PATH = saved
+            setattr(cuda_sorting, switch, saved)
 
     return run
+
+
+def _lsd(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with the earlier three-launch radix sort."""
+    return _with("RADIX_PATH", "lsd", fn)
+
+
+def _look_back(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` run with the one-pass look-back scan instead of the three-pass one."""
+    return _with("SCAN_PATH", "look_back", fn)
 
 
 def _host(a: Any) -> np.ndarray:
@@ -213,6 +226,22 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             "int64 2^24",
             lambda: small.long(),
             lambda x: ignis.cumulative_sum(x),
+            lambda t: torch.cumsum(t, 0),
+            _same_values,
+        ),
+        (
+            "cumulative_sum (look-back)",
+            "float32 2^24",
+            lambda: f,
+            _look_back(lambda x: ignis.cumulative_sum(x)),
+            lambda t: torch.cumsum(t, 0),
+            _same_scan,
+        ),
+        (
+            "cumulative_sum (look-back)",
+            "int64 2^24",
+            lambda: small.long(),
+            _look_back(lambda x: ignis.cumulative_sum(x)),
             lambda t: torch.cumsum(t, 0),
             _same_values,
         ),

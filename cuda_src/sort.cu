@@ -39,9 +39,16 @@
 //       flag in one word (one load, no fence). The prefix is folded forward from that
 //       predecessor in tile order, so float results do not depend on timing: each tile's
 //       prefix is the left-to-right sum of the tile totals before it.
+//   scan_tile_totals / scan_tile_prefixes / scan_tile_apply   the default scan of rows longer
+//       than one tile, reduce-then-scan: the tile totals (one read), their exclusive scan in a
+//       fixed order (one block a row), the tiles' scans from those prefixes (a second read, one
+//       write). No block waits for another and nothing is zeroed first; 16-byte accesses,
+//       32 registers a thread (full occupancy; scan_rows takes 64). A row of one tile is
+//       scan_tile_apply alone. (scan_rows stays, behind sorting.SCAN_PATH, to compare with.)
 //   scan_cols         one thread per column of (outer, n, inner): sequential scans along n.
 //   count_flags / compact_flags   stream compaction in two passes around a scan of the tile
-//       counts (nonzero elements, or the first element of each run of equal sorted values).
+//       counts by scan_tile_prefixes (nonzero elements, or the first element of each run of
+//       equal sorted values).
 //   searchsorted      binary search of canonical keys.
 //   unravel           flat index -> coordinate along one dimension.
 #include "ignis_types.cuh"
@@ -994,6 +1001,239 @@ __global__ void __launch_bounds__(THREADS)
       q[j * inner] = store_acc<T>(acc);
     }
   }
+}
+
+// --- three-pass scan of long rows -------------------------------------------------------------
+// Reduce, then scan: scan_tile_totals reads every tile once and writes its total,
+// scan_tile_prefixes turns each row's totals into exclusive tile prefixes (one block a row),
+// scan_tile_apply reads every tile again and writes its scan from its prefix. Three bytes moved
+// per element byte instead of two, but no tile waits for another: every block streams at once,
+// each thread with 16-byte accesses, and nothing is zeroed first. A row of one tile takes
+// scan_tile_apply alone. The prefixes are a fixed function of the tile totals (a fixed fold
+// order), so float results are the same bits run after run.
+
+// 16 bytes as one access (ld.global.v4 / st.global.v4).
+struct alignas(16) Vec16 {
+  uint32 w[4];
+};
+
+// Tile layout of the three-pass scan of T: IT elements a thread (ScanTile's), VEC of them a
+// 16-byte access, R accesses a thread. Thread (warp w, lane l) holds in access r the VEC
+// elements w * 32 * IT + (r * 32 + l) * VEC + e: each access is one coalesced 512-byte warp
+// transaction.
+template <class T> struct ScanLayout {
+  typedef typename scan_acc<T>::type A;
+  static constexpr int IT = ScanTile<A>::items;
+  static constexpr int VEC = 16 / (int)sizeof(T) < IT ? 16 / (int)sizeof(T) : IT;
+  static constexpr int R = IT / VEC;
+  static constexpr int SIZE = THREADS * IT;
+  static_assert(VEC * (int)sizeof(T) == 16 && R * VEC == IT, "16-byte accesses");
+};
+
+SORT_DEV bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15) == 0;
+}
+
+// Loads this thread's elements of the tile at src (len elements; missing ones read as the
+// op's identity): 16-byte loads for a whole, aligned tile, element loads otherwise (same
+// layout, so the result does not depend on which).
+template <class T, class Op>
+SORT_DEV void scan_load(const T* src, int len,
+                        typename ScanLayout<T>::A (&v)[ScanLayout<T>::IT]) {
+  typedef ScanLayout<T> L;
+  typedef typename L::A A;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int base = warp * 32 * L::IT + lane * L::VEC;
+  if (len == L::SIZE && aligned16(src)) {
+#pragma unroll
+    for (int r = 0; r < L::R; ++r) {
+      alignas(16) T t[L::VEC];
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<Vec16*>(t) = *reinterpret_cast<const Vec16*>(src + base + r * 32 * L::VEC);
+#else
+      __builtin_memcpy(t, src + base + r * 32 * L::VEC, 16);
+#endif
+#pragma unroll
+      for (int e = 0; e < L::VEC; ++e) v[r * L::VEC + e] = load_acc<A>(t[e]);
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < L::R; ++r)
+#pragma unroll
+      for (int e = 0; e < L::VEC; ++e) {
+        const int j = base + r * 32 * L::VEC + e;
+        v[r * L::VEC + e] = j < len ? load_acc<A>(src[j]) : Op::template identity<A>();
+      }
+  }
+}
+
+// Stores this thread's elements (as scan_load reads them) to the tile at dst.
+template <class T>
+SORT_DEV void scan_store(T* dst, int len,
+                         const typename ScanLayout<T>::A (&v)[ScanLayout<T>::IT]) {
+  typedef ScanLayout<T> L;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int base = warp * 32 * L::IT + lane * L::VEC;
+  if (len == L::SIZE && aligned16(dst)) {
+#pragma unroll
+    for (int r = 0; r < L::R; ++r) {
+      alignas(16) T t[L::VEC];
+#pragma unroll
+      for (int e = 0; e < L::VEC; ++e) t[e] = store_acc<T>(v[r * L::VEC + e]);
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<Vec16*>(dst + base + r * 32 * L::VEC) = *reinterpret_cast<const Vec16*>(t);
+#else
+      __builtin_memcpy(dst + base + r * 32 * L::VEC, t, 16);
+#endif
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < L::R; ++r)
+#pragma unroll
+      for (int e = 0; e < L::VEC; ++e) {
+        const int j = base + r * 32 * L::VEC + e;
+        if (j < len) dst[j] = store_acc<T>(v[r * L::VEC + e]);
+      }
+  }
+}
+
+// The inclusive scan of a tile held as scan_load leaves it (every thread calls it): on return
+// v holds it (without any prefix) and every thread gets the tile's total. Fixed fold order:
+// each 16-byte group left to right, the groups of one access across the warp (shuffles), the
+// accesses in order, the warps in order. warp_totals: WARPS A of shared memory.
+template <class T, class Op>
+SORT_DEV typename ScanLayout<T>::A scan_tile_local(
+    typename ScanLayout<T>::A (&v)[ScanLayout<T>::IT], typename ScanLayout<T>::A* warp_totals) {
+  typedef ScanLayout<T> L;
+  typedef typename L::A A;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  A carry = Op::template identity<A>();  // the warp's elements of the accesses before
+#pragma unroll
+  for (int r = 0; r < L::R; ++r) {
+    A* g = v + r * L::VEC;
+#pragma unroll
+    for (int e = 1; e < L::VEC; ++e) g[e] = Op::apply(g[e - 1], g[e]);
+    A incl = g[L::VEC - 1];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const A y = __shfl_up_sync(FULL, incl, o);
+      if (lane >= o) incl = Op::apply(y, incl);
+    }
+    A before = __shfl_up_sync(FULL, incl, 1);
+    before = lane == 0 ? carry : Op::apply(carry, before);
+#pragma unroll
+    for (int e = 0; e < L::VEC; ++e) g[e] = Op::apply(before, g[e]);
+    carry = Op::apply(carry, (A)__shfl_sync(FULL, incl, 31));
+  }
+  if (lane == 0) warp_totals[warp] = carry;
+  __syncthreads();
+  A before = Op::template identity<A>(), total = Op::template identity<A>();
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    const A s = warp_totals[w];
+    if (w < warp) before = Op::apply(before, s);
+    total = Op::apply(total, s);
+  }
+  if (warp > 0) {
+#pragma unroll
+    for (int k = 0; k < L::IT; ++k) v[k] = Op::apply(before, v[k]);
+  }
+  return total;
+}
+
+// totals[row * tiles_per_row + t] = the total of tile t of row `row` of in (rows, n): one block
+// a tile.
+template <class T, class Op>
+__global__ void __launch_bounds__(THREADS)
+    scan_tile_totals(const T* in, int64 n, int64 tiles_per_row,
+                     typename scan_acc<T>::type* totals) {
+  typedef ScanLayout<T> L;
+  typedef typename L::A A;
+  __shared__ A warp_totals[WARPS];
+  const int64 tile = (int64)blockIdx.x;
+  const int64 row = tile / tiles_per_row;
+  const int64 start = (tile - row * tiles_per_row) * L::SIZE;
+  const int len = (int)(n - start < L::SIZE ? n - start : L::SIZE);
+  A v[L::IT];
+  scan_load<T, Op>(in + row * n + start, len, v);
+  const A total = scan_tile_local<T, Op>(v, warp_totals);
+  if (threadIdx.x == 0) totals[tile] = total;
+}
+
+// Each row of totals (per_row values a row, one block a row) replaced by its exclusive scan,
+// in a fixed fold order (runs of PER values a thread, then threads, then chunks in order);
+// grand[row] = the row's total when grand is given.
+template <class T, class Op>
+__global__ void __launch_bounds__(THREADS)
+    scan_tile_prefixes(typename scan_acc<T>::type* totals, int64 per_row,
+                       typename scan_acc<T>::type* grand) {
+  typedef typename scan_acc<T>::type A;
+  enum : int { PER = 8, CHUNK = THREADS * PER };
+  __shared__ A warp_totals[WARPS];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  A* p = totals + (int64)blockIdx.x * per_row;
+  A carry = Op::template identity<A>();
+  for (int64 c0 = 0; c0 < per_row; c0 += CHUNK) {
+    const int64 first = c0 + (int64)tid * PER;
+    A v[PER];
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      v[k] = first + k < per_row ? p[first + k] : Op::template identity<A>();
+#pragma unroll
+    for (int k = 1; k < PER; ++k) v[k] = Op::apply(v[k - 1], v[k]);
+    A incl = v[PER - 1];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const A y = __shfl_up_sync(FULL, incl, o);
+      if (lane >= o) incl = Op::apply(y, incl);
+    }
+    A lane_before = __shfl_up_sync(FULL, incl, 1);
+    if (lane == 31) warp_totals[warp] = incl;
+    __syncthreads();
+    A before = carry, chunk = Op::template identity<A>();
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const A s = warp_totals[w];
+      if (w < warp) before = Op::apply(before, s);
+      chunk = Op::apply(chunk, s);
+    }
+    __syncthreads();  // warp_totals is rewritten by the next chunk
+    if (lane > 0) before = Op::apply(before, lane_before);
+#pragma unroll
+    for (int k = 0; k < PER; ++k)
+      if (first + k < per_row) p[first + k] = k == 0 ? before : Op::apply(before, v[k - 1]);
+    carry = Op::apply(carry, chunk);
+  }
+  if (grand && tid == 0) grand[blockIdx.x] = carry;
+}
+
+// out (rows, n + INIT) = the inclusive scan of each row of in (rows, n), INIT as scan_rows's;
+// prefixes: the exclusive tile prefixes from scan_tile_prefixes (null: rows of one tile). One
+// block a tile, the last tiles first (their input is what the totals pass read last: still in
+// L2).
+template <class T, class Op, bool INIT>
+__global__ void __launch_bounds__(THREADS)
+    scan_tile_apply(const T* in, T* out, int64 n, int64 tiles_per_row, int64 tiles,
+                    const typename scan_acc<T>::type* prefixes) {
+  typedef ScanLayout<T> L;
+  typedef typename L::A A;
+  __shared__ A warp_totals[WARPS];
+  const int64 tile = tiles - 1 - (int64)blockIdx.x;
+  const int64 row = tile / tiles_per_row;
+  const int64 t = tile - row * tiles_per_row;
+  const int64 start = t * L::SIZE;
+  const int len = (int)(n - start < L::SIZE ? n - start : L::SIZE);
+  const A pre = prefixes ? prefixes[tile] : Op::template identity<A>();
+  A v[L::IT];
+  scan_load<T, Op>(in + row * n + start, len, v);
+  scan_tile_local<T, Op>(v, warp_totals);
+  if (prefixes) {
+#pragma unroll
+    for (int k = 0; k < L::IT; ++k) v[k] = Op::apply(pre, v[k]);
+  }
+  scan_store<T>(out + row * (n + INIT) + start + INIT, len, v);
+  if (INIT && t == 0 && threadIdx.x == 0)
+    out[row * (n + INIT)] = store_acc<T>(Op::template initial<A>());
 }
 
 // --- stream compaction -------------------------------------------------------------------------

@@ -373,6 +373,51 @@ def test_cumulative_long_axes(device, rng, shape, axis):
     check_cumulative(device, rng, "int32", shape, axis, True)
 
 
+def _scan_tile(dtype: str) -> int:
+    return 2048 if np.dtype(np_dtype(dtype)).itemsize == 8 else 4096
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+@pytest.mark.parametrize("path", cuda_sorting._SCAN_PATHS)
+def test_cumulative_across_the_tile_boundaries(device, rng, monkeypatch, dtype, path):
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", path)  # (the CPU backend ignores it)
+    tile = _scan_tile(dtype)
+    for n in (tile - 1, tile, tile + 1, 3 * tile + 7):
+        check_cumulative(device, rng, dtype, (n,), 0, False)
+    check_cumulative(device, rng, dtype, (2, 2 * tile + 3), 1, True)  # unaligned rows
+
+
+@pytest.mark.parametrize(
+    "dtype", ["float32", "float64", "int32", "int64", "uint8", "int16", "float16", "bfloat16"]
+)
+@pytest.mark.parametrize("path", cuda_sorting._SCAN_PATHS)
+def test_cumulative_of_about_2_24_elements_every_dtype(device, rng, monkeypatch, dtype, path):
+    _gpu_only(device)
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", path)
+    n = (1 << 24) + 5
+    if dtype in FLOATS:  # small values: the 16-bit sums stay finite and meaningful
+        scale = {"float16": 1e-4, "bfloat16": 1e-4}.get(dtype, 1.0)
+        a = (rng.uniform(-1, 1, size=n) * scale).astype(np_dtype(dtype))
+    else:
+        info = np.iinfo(dtype)
+        a = rng.integers(max(info.min, -1000), min(info.max, 1000), size=n).astype(dtype)
+    x = nv(a, device)
+    got = ignis.cumulative_sum(x)
+    if dtype in FLOATS:
+        ref = np.cumsum(a.astype(np.float64))
+        tol = {"float16": 1e-1, "bfloat16": 1.0, "float32": 2e-2, "float64": 1e-9}[dtype]
+        np.testing.assert_allclose(to64(got.to_host()), ref, rtol=1e-2, atol=tol)
+    else:
+        out = np_dtype(SCAN_RESULT.get(dtype, dtype))
+        np.testing.assert_array_equal(got.to_host(), np.cumsum(a, dtype=out))
+    for _ in range(2):  # the same bits every run
+        assert ignis.cumulative_sum(x).to_host().tobytes() == got.to_host().tobytes()
+    shifted = ignis.cumulative_sum(x[1:], include_initial=True).to_host()  # unaligned both ends
+    if dtype not in FLOATS:
+        out = np_dtype(SCAN_RESULT.get(dtype, dtype))
+        np.testing.assert_array_equal(shifted[1:], np.cumsum(a[1:], dtype=out))
+
+
 def test_cumulative_dtypes_and_errors(device):
     b = nv(np.array([True, True, False, True]), device)
     s = ignis.cumulative_sum(b)
@@ -480,15 +525,15 @@ def test_fake_gpu_lsd_radix_sort_launches_three_kernels_a_byte(fake, monkeypatch
     monkeypatch.setattr(cuda_sorting, "RADIX_PATH", "lsd")
     x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
     ignis.sort(x)
-    assert _names(fake) == ["radix_upsweep", "scan_rows", "radix_downsweep"] * 4
+    assert _names(fake) == ["radix_upsweep", "scan_tile_apply", "radix_downsweep"] * 4
     ups = [launch for launch in fake.launches if "upsweep" in launch[0]]
     assert all(u[1] == (4, 1, 1) and u[2] == (256, 1, 1) for u in ups)  # 2 rows x 2 tiles
     assert [struct.unpack("<i", u[4][4])[0] for u in ups] == [0, 8, 16, 24]
     down = [launch[4] for launch in fake.launches if "downsweep" in launch[0]]
     assert [d[8:] for d in down][0] == [b"\x01", b"\x00", b"\x00", b"\x00", b"\x01"]  # exact
     assert struct.unpack("<Q", down[0][0])[0] == x.data_ptr  # the first pass reads x itself
-    scans = [launch for launch in fake.launches if "scan_rows" in launch[0]]
-    assert scans[0][0] == "ignis::sort::scan_rows<ignis::int32, ignis::sort::SumOp, true>"
+    scans = [launch for launch in fake.launches if "scan_tile_apply" in launch[0]]
+    assert scans[0][0] == "ignis::sort::scan_tile_apply<ignis::int32, ignis::sort::SumOp, true>"
     assert struct.unpack("<q", scans[0][4][2])[0] == 2 * 256 * 2  # counts of (row, digit, tile)
     fake.launches.clear()
     ignis.argsort(ignis.empty((3000,), dtype="int64", device="cuda:0"))
@@ -496,21 +541,44 @@ def test_fake_gpu_lsd_radix_sort_launches_three_kernels_a_byte(fake, monkeypatch
 
 
 def test_fake_gpu_cumulative_and_searchsorted_paths(fake):
-    ignis.cumulative_sum(ignis.empty((100000,), dtype="float32", device="cuda:0"))
-    ((name, grid, _, _, args),) = fake.launches
-    assert name == "ignis::sort::scan_rows<float, ignis::sort::SumOp, false>"
-    assert grid == (25, 1, 1) and struct.unpack("<qq", b"".join(args[2:4])) == (100000, 25)
+    x = ignis.empty((100000,), dtype="float32", device="cuda:0")
+    out = ignis.cumulative_sum(x)
+    # 25 tiles: their totals, the totals' prefixes (one block), the scan from them
+    (totals, prefixes, apply) = fake.launches
+    assert totals[0] == "ignis::sort::scan_tile_totals<float, ignis::sort::SumOp>"
+    assert totals[1] == (25, 1, 1) and struct.unpack("<qq", b"".join(totals[4][1:3])) == (
+        100000,
+        25,
+    )
+    tp = struct.unpack("<Q", totals[4][3])[0]
+    assert prefixes[0] == "ignis::sort::scan_tile_prefixes<float, ignis::sort::SumOp>"
+    assert prefixes[1] == (1, 1, 1) and struct.unpack("<QqQ", b"".join(prefixes[4])) == (tp, 25, 0)
+    assert apply[0] == "ignis::sort::scan_tile_apply<float, ignis::sort::SumOp, false>"
+    assert struct.unpack("<QQqqqQ", b"".join(apply[4])) == (
+        x.data_ptr,
+        out.data_ptr,
+        100000,
+        25,
+        25,
+        tp,
+    )
+    fake.launches.clear()
+    ignis.cumulative_sum(ignis.empty((4096, 4096), dtype="float32", device="cuda:0"), axis=1)
+    ((name, grid, _, _, args),) = fake.launches  # rows of one tile: the scan alone
+    assert name == "ignis::sort::scan_tile_apply<float, ignis::sort::SumOp, false>"
+    assert grid == (4096, 1, 1) and struct.unpack("<Q", args[5])[0] == 0
     fake.launches.clear()
     ignis.cumulative_prod(ignis.empty((64, 300), dtype="bfloat16", device="cuda:0"), axis=0)
     names = _names(fake)  # 300 columns: too few for a thread each; scanned as rows of a copy
-    assert "scan_rows" in names and "scan_cols" not in names and len(names) == 3
+    assert "scan_tile_apply" in names and "scan_cols" not in names and len(names) == 3
     fake.launches.clear()
     ignis.cumulative_sum(ignis.empty((4096, 10), dtype="int64", device="cuda:0"), axis=1)
     ((name, _, _, _, _),) = fake.launches
     assert name == "ignis::sort::scan_cols<ignis::int64, ignis::sort::SumOp, false>"
     fake.launches.clear()
     ignis.cumulative_sum(ignis.empty((20000, 3), dtype="float64", device="cuda:0"), axis=0)
-    assert "scan_rows" in _names(fake) and len(_names(fake)) == 3
+    assert _names(fake)[1:4] == ["scan_tile_totals", "scan_tile_prefixes", "scan_tile_apply"]
+    assert len(_names(fake)) == 5  # between the copies there and back
     fake.launches.clear()
     ignis.searchsorted(
         ignis.empty((50,), dtype="int32", device="cuda:0"),
@@ -519,6 +587,17 @@ def test_fake_gpu_cumulative_and_searchsorted_paths(fake):
     )
     ((name, _, _, _, args),) = fake.launches
     assert name == "ignis::sort::searchsorted<ignis::int32>" and args[-1] == b"\x01"
+
+
+def test_fake_gpu_look_back_scan_path(fake, monkeypatch):
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", "look_back")
+    ignis.cumulative_sum(ignis.empty((100000,), dtype="float32", device="cuda:0"))
+    ((name, grid, _, _, args),) = [launch for launch in fake.launches if "scan" in launch[0]]
+    assert name == "ignis::sort::scan_rows<float, ignis::sort::SumOp, false>"
+    assert grid == (25, 1, 1) and struct.unpack("<qq", b"".join(args[2:4])) == (100000, 25)
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", "fast")
+    with pytest.raises(ValueError, match="cumulative: SCAN_PATH must be one of"):
+        ignis.cumulative_sum(ignis.empty((100000,), dtype="float32", device="cuda:0"))
 
 
 # --- the kernels themselves, emulated on the host ----------------------------------------------
@@ -577,7 +656,29 @@ def test_emulated_cumulative(emulated, rng, dtype):
 
 @emulator
 @pytest.mark.exhaustive
-def test_emulated_look_back_over_many_windows(emulated, rng):
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float16", "uint8"])
+def test_emulated_cumulative_look_back_path(emulated, rng, monkeypatch, dtype):
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", "look_back")
+    check_cumulative("cpu", rng, dtype, (9000,), 0, False)
+    check_cumulative("cpu", rng, dtype, (3, 5000), 1, True)
+    assert any("scan_rows" in n for n in emulated.launched)
+    assert not any("scan_tile" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
+def test_emulated_three_pass_scan_launches(emulated, rng):
+    check_cumulative("cpu", rng, "float32", (9000,), 0, False)
+    for kernel in ("scan_tile_totals", "scan_tile_prefixes", "scan_tile_apply"):
+        assert any(kernel in n for n in emulated.launched), kernel
+    assert not any("scan_rows" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("path", ["look_back", "three_pass"])
+def test_emulated_look_back_over_many_windows(emulated, rng, monkeypatch, path):
+    monkeypatch.setattr(cuda_sorting, "SCAN_PATH", path)
     # 150 tiles; with most prefixes hidden the look-backs fold up to 63 aggregates over three
     # windows. Integers stay exact, and floats come out bit for bit the same: the prefix of a
     # tile does not depend on which predecessor's prefix the look-back found.

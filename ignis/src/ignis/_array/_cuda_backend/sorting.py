@@ -13,13 +13,20 @@
   the last pass. :data:`RADIX_PATH` ``"lsd"`` (environment ``IGNIS_SORT_RADIX=lsd``) takes the
   earlier radix sort instead, three launches a digit (tile histograms, their scan, a stable
   scatter), for comparison.
-* ``cumulative``: long rows by a one-pass scan with decoupled look-back (each look-back step
-  reads 32 predecessors' status words, value and flag in one word; tile prefixes are folded in
-  tile order, so float results do not depend on timing); many short rows, and
+* ``cumulative``: long rows by a three-pass scan (:data:`SCAN_PATH` ``"three_pass"``): the
+  tile totals, their exclusive scan in a fixed order, each tile's scan from its prefix; every
+  block streams with 16-byte accesses and none waits for another, and float results are the
+  same bits run after run. Rows of one tile take the last launch alone. ``"look_back"``
+  (environment ``IGNIS_SCAN=look_back``) takes the one-pass scan with decoupled look-back
+  instead, for comparison (each look-back step reads 32 predecessors' status words; tile
+  prefixes are folded in tile order, so its float results do not depend on timing either);
+  many short rows, and
   columns of a non-last axis when there are enough of them, one thread per row or column;
   otherwise the axis is made last by a copy first.
 * ``nonzero`` and ``unique`` compact in two passes around a scan of tile counts and read the
   count once (the one host synchronization of an op whose result size depends on the data).
+  ``unique`` compacts into room for every element first and reads the count after its last
+  launch, so the device never idles waiting for the host in between.
 * ``searchsorted``: one binary search per value.
 
 Nothing else here waits for the device.
@@ -54,6 +61,11 @@ HIST_CHUNK = 8 * TILE  # sort.cu's HIST_CHUNK: keys one radix_histogram block co
 # radix_downsweep for every row). Read once per sort; set it to compare the two.
 RADIX_PATH = os.environ.get("IGNIS_SORT_RADIX", "onesweep")
 _RADIX_PATHS = ("onesweep", "lsd")
+# How rows longer than one scan tile are scanned: "three_pass" (tile totals, their prefixes,
+# the scan from them: every block streams, nothing waits) or "look_back" (scan_rows: one pass
+# with decoupled look-back). Read once per scan; set it to compare the two.
+SCAN_PATH = os.environ.get("IGNIS_SCAN", "three_pass")
+_SCAN_PATHS = ("three_pass", "look_back")
 _OPS = {"sum": "SumOp", "prod": "ProdOp"}
 _MODE_UNIQUE, _MODE_NONZERO = 0, 1
 
@@ -112,6 +124,21 @@ def scan_rows_name(dtype: dt.DType, op: str, include_initial: bool) -> str:
     return f"ignis::sort::scan_rows<{c}, ignis::sort::{_OPS[op]}, {_flag(include_initial)}>"
 
 
+def scan_totals_name(dtype: dt.DType, op: str) -> str:
+    c = _ctype(dtype, f"cumulative_{op}")
+    return f"ignis::sort::scan_tile_totals<{c}, ignis::sort::{_OPS[op]}>"
+
+
+def scan_prefixes_name(dtype: dt.DType, op: str) -> str:
+    c = _ctype(dtype, f"cumulative_{op}")
+    return f"ignis::sort::scan_tile_prefixes<{c}, ignis::sort::{_OPS[op]}>"
+
+
+def scan_apply_name(dtype: dt.DType, op: str, include_initial: bool) -> str:
+    c = _ctype(dtype, f"cumulative_{op}")
+    return f"ignis::sort::scan_tile_apply<{c}, ignis::sort::{_OPS[op]}, {_flag(include_initial)}>"
+
+
 def scan_cols_name(dtype: dt.DType, op: str, include_initial: bool) -> str:
     c = _ctype(dtype, f"cumulative_{op}")
     return f"ignis::sort::scan_cols<{c}, ignis::sort::{_OPS[op]}, {_flag(include_initial)}>"
@@ -145,6 +172,8 @@ def kernel_names() -> list[str]:
         for op in _OPS:
             for init in (False, True):
                 names += [scan_rows_name(d, op, init), scan_cols_name(d, op, init)]
+                names.append(scan_apply_name(d, op, init))
+            names += [scan_totals_name(d, op), scan_prefixes_name(d, op)]
     return names + [UNRAVEL_NAME]
 
 
@@ -173,10 +202,37 @@ def _scan_tile(dtype: dt.DType) -> int:
 def _scan_rows(
     backend: Any, dtype: dt.DType, op: str, init: bool, src: int, dst: int, rows: int, n: int
 ) -> list[NvArray]:
-    """Queue scan_rows over ``rows`` rows of ``n`` (the arrays at device addresses ``src`` and
-    ``dst``); returns its workspaces (alive until the caller is done queueing)."""
+    """Queue the scan of ``rows`` rows of ``n`` (the arrays at device addresses ``src`` and
+    ``dst``) by the :data:`SCAN_PATH` kernels; returns its workspaces (alive until the caller
+    is done queueing)."""
     per_row = -(-n // _scan_tile(dtype))
     tiles = rows * per_row
+    path = SCAN_PATH
+    if path == "three_pass":
+        if per_row == 1:  # rows of one tile: no prefixes
+            _launch(
+                backend,
+                scan_apply_name(dtype, op, init),
+                tiles,
+                THREADS,
+                [src, dst, n, 1, tiles, 0],
+            )
+            return []
+        # the tile totals in the scan's accumulator type (4 bytes, 8 for 8-byte elements)
+        totals = _scratch(backend, (tiles * (8 if dtype.itemsize == 8 else 4),), dt.uint8)
+        tp = backend.data_ptr(totals)
+        _launch(backend, scan_totals_name(dtype, op), tiles, THREADS, [src, n, per_row, tp])
+        _launch(backend, scan_prefixes_name(dtype, op), rows, THREADS, [tp, per_row, 0])
+        _launch(
+            backend,
+            scan_apply_name(dtype, op, init),
+            tiles,
+            THREADS,
+            [src, dst, n, per_row, tiles, tp],
+        )
+        return [totals]
+    if path != "look_back":
+        raise ValueError(f"cumulative: SCAN_PATH must be one of {_SCAN_PATHS}, got {path!r}")
     # one zeroed workspace: [tile counter (16 bytes), aggregate words, prefix words], a word
     # being the value and its flag (ScanWord in sort.cu: 16 bytes for 8-byte accumulators)
     word = 16 if dtype.itemsize == 8 else 8
@@ -193,31 +249,32 @@ def _scan_rows(
     return [status]
 
 
-def _count(backend: Any, x: NvArray, mode: int) -> tuple[int, NvArray]:
-    """(flagged elements of flat contiguous ``x``, the exclusive tile offsets): reads the count
-    back, the one synchronization of nonzero and unique."""
+_OFFSETS_NAME = "ignis::sort::scan_tile_prefixes<ignis::int64, ignis::sort::SumOp>"
+
+
+def _tile_offsets(backend: Any, x: NvArray, mode: int) -> NvArray:
+    """The exclusive offsets of the flagged elements of each tile of flat contiguous ``x``,
+    their total last (``tiles + 1`` int64): two launches, no wait."""
     n = x.numel
     tiles = -(-n // TILE)
-    counts = _scratch(backend, (tiles,), dt.int64)
     offsets = _scratch(backend, (tiles + 1,), dt.int64)
-    _launch(
-        backend,
-        count_name(x.dtype, mode),
-        tiles,
-        THREADS,
-        [backend.data_ptr(x), n, backend.data_ptr(counts)],
-    )
-    _scan_rows(
-        backend,
-        dt.int64,
-        "sum",
-        True,
-        backend.data_ptr(counts),
-        backend.data_ptr(offsets),
-        1,
-        tiles,
-    )
-    return int(offsets[tiles:].item()), offsets
+    op = backend.data_ptr(offsets)
+    _launch(backend, count_name(x.dtype, mode), tiles, THREADS, [backend.data_ptr(x), n, op])
+    _launch(backend, _OFFSETS_NAME, 1, THREADS, [op, tiles, op + 8 * tiles])
+    return offsets
+
+
+def _count(backend: Any, x: NvArray, mode: int) -> tuple[int, NvArray]:
+    """(flagged elements of flat contiguous ``x``, the exclusive tile offsets): reads the count
+    back, the one synchronization of nonzero."""
+    offsets = _tile_offsets(backend, x, mode)
+    return int(offsets[offsets.shape[0] - 1 :].item()), offsets
+
+
+def _copy(backend: Any, a: NvArray) -> NvArray:
+    out = _scratch(backend, a.shape, a.dtype)
+    backend.copy(out, a)
+    return out
 
 
 # --- hooks -------------------------------------------------------------------------------------
@@ -466,9 +523,11 @@ def unique(
     ordered = _scratch(backend, (1, n), dtype)
     perm = _scratch(backend, (1, n), dt.int64) if need_perm else None
     sort(backend, ordered, perm, x.reshape(1, n), False)
-    k, offsets = _count(backend, ordered, _MODE_UNIQUE)
-    values = _scratch(backend, (k,), dtype)
-    starts = _scratch(backend, (k + 1,), dt.int64) if want_counts or want_indices else None
+    offsets = _tile_offsets(backend, ordered, _MODE_UNIQUE)
+    # compacted into room for n runs before the run count is read: the one wait comes after
+    # every launch, not between them
+    values = _scratch(backend, (n,), dtype)
+    starts = _scratch(backend, (n + 1,), dt.int64) if want_counts or want_indices else None
     inverse = _scratch(backend, (n,), dt.int64) if want_inverse else None
     _launch(
         backend,
@@ -485,10 +544,15 @@ def unique(
             0 if inverse is None else backend.data_ptr(inverse),
         ],
     )
+    tiles = offsets.shape[0] - 1
+    k = int(offsets[tiles:].item())
+    values = values[:k]
+    if 2 * k <= n:  # far fewer runs than elements: keep only their room
+        values = values.contiguous() if k == 0 else _copy(backend, values)
     counts = indices = None
     if starts is not None:
         if want_counts:
-            counts = starts[1:] - starts[:k]
+            counts = starts[1 : k + 1] - starts[:k]
         if want_indices:
             from .._indexing import take
 
