@@ -17,6 +17,10 @@
 // step). The n % E elements after the last whole step, and every element without VEC (an
 // operand not 16-byte aligned), take the scalar path: one Philox block (4 elements) per thread.
 // Both paths compute the same values, bit for bit.
+//
+// dropout_forward_state is the forward kernel for captured CUDA graphs: it reads the stream's
+// seed and base block from a device buffer (ignis.random's graph-safe draws) instead of taking
+// them as launch values, so that each replay draws a new mask.
 #include "philox.cuh"
 
 namespace ignis {
@@ -80,9 +84,8 @@ IGNIS_DEV void dropout_forward_blocks(const T* __restrict__ x, T* __restrict__ y
 }
 
 template <class T, class W, bool VEC>
-__global__ void __launch_bounds__(dropout_threads)
-    dropout_forward(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask, int64 n, uint32 k0,
-                    uint32 k1, uint64 offset, uint32 threshold, W scale) {
+IGNIS_DEV void dropout_forward_all(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask, int64 n,
+                                   uint32 k0, uint32 k1, uint64 offset, uint32 threshold, W scale) {
   typedef Step<T> S;
   int64 first = 0;  // the first Philox block left to the scalar path
   if constexpr (VEC) {
@@ -116,6 +119,23 @@ __global__ void __launch_bounds__(dropout_threads)
     first = steps * (S::elems / 4);
   }
   dropout_forward_blocks<T, W>(x, y, mask, n, first, k0, k1, offset, threshold, scale);
+}
+
+template <class T, class W, bool VEC>
+__global__ void __launch_bounds__(dropout_threads)
+    dropout_forward(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask, int64 n, uint32 k0,
+                    uint32 k1, uint64 offset, uint32 threshold, W scale) {
+  dropout_forward_all<T, W, VEC>(x, y, mask, n, k0, k1, offset, threshold, scale);
+}
+
+// The same with the stream read from device memory (see philox.cuh: stream_from_state): inside a
+// captured graph, each replay draws from the (seed, offset) the host wrote before launching it.
+template <class T, class W, bool VEC>
+__global__ void __launch_bounds__(dropout_threads)
+    dropout_forward_state(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask, int64 n,
+                          const uint64* __restrict__ state, uint64 offset, uint32 threshold, W scale) {
+  const rng::StreamPos at = rng::stream_from_state(state, offset);
+  dropout_forward_all<T, W, VEC>(x, y, mask, n, at.k0, at.k1, at.offset, threshold, scale);
 }
 
 // grad_x = mask ? grad * scale : 0, in W, rounded once. A mask byte counts as kept when nonzero.

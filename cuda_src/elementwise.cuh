@@ -10,10 +10,15 @@
 //     (32-bit magic-number division below 2**31 elements, 64-bit division above);
 //   * DivWalk: quotient and remainder of a grid-stride index by a run length, kept up to date
 //     without dividing (the broadcast kernels' row and column positions).
-// Self-contained apart from ignis_types.cuh: NVRTC here has no CUDA or C++ standard headers.
+//   * complex64/complex128 (complex.cuh): casts to and from the real types (NumPy's: a real
+//     value gets a zero imaginary part, a complex one going real keeps its real part) and the
+//     complex branches of the functors the op table marks as taking complex operands.
+// Self-contained apart from ignis_types.cuh and complex.cuh: NVRTC here has no CUDA or C++
+// standard headers.
 #pragma once
 
 #include "ignis_types.cuh"
+#include "complex.cuh"
 
 #if defined(__CUDACC__)
 
@@ -25,7 +30,7 @@ namespace ew {
 template <class A, class B> struct same_type { static constexpr bool value = false; };
 template <class A> struct same_type<A, A> { static constexpr bool value = true; };
 
-enum Kind { kBool = 0, kSigned = 1, kUnsigned = 2, kFloat = 3, kHalf = 4 };
+enum Kind { kBool = 0, kSigned = 1, kUnsigned = 2, kFloat = 3, kHalf = 4, kComplex = 5 };
 
 // kind, and for integers the unsigned type of the same width (wrap-around arithmetic).
 template <class T> struct info;
@@ -42,10 +47,13 @@ template <> struct info<float> { static constexpr int kind = kFloat; typedef uin
 template <> struct info<double> { static constexpr int kind = kFloat; typedef uint64 utype; };
 template <> struct info<float16> { static constexpr int kind = kHalf; typedef uint16 utype; };
 template <> struct info<bfloat16> { static constexpr int kind = kHalf; typedef uint16 utype; };
+template <> struct info<complex64> { static constexpr int kind = kComplex; typedef uint64 utype; };
+template <> struct info<complex128> { static constexpr int kind = kComplex; typedef uint64 utype; };
 
 template <class T> constexpr bool is_float_v = info<T>::kind == kFloat;
 template <class T> constexpr bool is_signed_v = info<T>::kind == kSigned;
 template <class T> constexpr bool is_integer_v = info<T>::kind == kSigned || info<T>::kind == kUnsigned;
+template <class T> constexpr bool is_complex_v = info<T>::kind == kComplex;
 
 // --- conversions -------------------------------------------------------------------------------
 
@@ -65,6 +73,15 @@ template <class To, class From> struct Cast {
     constexpr int fk = info<From>::kind;
     if constexpr (same_type<To, From>::value) {
       return v;
+    } else if constexpr (tk == kComplex && fk == kComplex) {  // complex64 <-> complex128
+      typedef typename To::value_type R;
+      return To(R(v.re), R(v.im));
+    } else if constexpr (fk == kComplex) {  // to a real type: the real part; to bool: nonzero
+      if constexpr (tk == kBool) return v.re != 0 || v.im != 0;
+      else return Cast<To, typename From::value_type>::apply(v.re);
+    } else if constexpr (tk == kComplex) {  // a real value: a zero imaginary part
+      typedef typename To::value_type R;
+      return To(Cast<R, From>::apply(v), R(0));
     } else if constexpr (fk == kHalf) {
       return Cast<To, float>::apply(to_float(v));  // exact widening first
     } else if constexpr (tk == kBool) {
@@ -161,6 +178,31 @@ IGNIS_DEV float m_log1p_exp_neg(float d) { return log1pf(expf(-d)); }
 IGNIS_DEV double m_log1p_exp_neg(double d) { return log1p(exp(-d)); }
 IGNIS_DEV bool m_signbit(float x) { return signbit(x); }
 IGNIS_DEV bool m_signbit(double x) { return signbit(x); }
+// The complex overloads of the functions the standard defines for complex operands (the
+// functors that call m_<f> take complex work types through these).
+#define IGNIS_EW_COMPLEX_MATH(F)                                            \
+  IGNIS_DEV complex64 m_##F(complex64 x) { return c_##F(x); }               \
+  IGNIS_DEV complex128 m_##F(complex128 x) { return c_##F(x); }
+IGNIS_EW_COMPLEX_MATH(exp)
+IGNIS_EW_COMPLEX_MATH(expm1)
+IGNIS_EW_COMPLEX_MATH(log)
+IGNIS_EW_COMPLEX_MATH(log1p)
+IGNIS_EW_COMPLEX_MATH(log2)
+IGNIS_EW_COMPLEX_MATH(log10)
+IGNIS_EW_COMPLEX_MATH(sqrt)
+IGNIS_EW_COMPLEX_MATH(sin)
+IGNIS_EW_COMPLEX_MATH(cos)
+IGNIS_EW_COMPLEX_MATH(tan)
+IGNIS_EW_COMPLEX_MATH(sinh)
+IGNIS_EW_COMPLEX_MATH(cosh)
+IGNIS_EW_COMPLEX_MATH(tanh)
+IGNIS_EW_COMPLEX_MATH(asin)
+IGNIS_EW_COMPLEX_MATH(acos)
+IGNIS_EW_COMPLEX_MATH(atan)
+IGNIS_EW_COMPLEX_MATH(asinh)
+IGNIS_EW_COMPLEX_MATH(acosh)
+IGNIS_EW_COMPLEX_MATH(atanh)
+#undef IGNIS_EW_COMPLEX_MATH
 
 // Integer results wrap around: compute in the unsigned type of the same width.
 template <class W> IGNIS_DEV W wrap(typename info<W>::utype v) { return (W)v; }
@@ -210,7 +252,8 @@ struct op_divide {  // floating work types only (integer division gives float64 
 };
 struct op_power {
   template <class W> static IGNIS_DEV W apply(W a, W b) {
-    if constexpr (is_float_v<W>) return m_pow(a, b);
+    if constexpr (is_complex_v<W>) return c_pow(a, b);
+    else if constexpr (is_float_v<W>) return m_pow(a, b);
     else return int_pow<W>(a, b);
   }
 };
@@ -369,9 +412,10 @@ struct op_neg {
     else return -x;
   }
 };
-struct op_abs {
-  template <class W> static IGNIS_DEV W apply(W x) {
-    if constexpr (is_float_v<W>) return m_abs(x);
+struct op_abs {  // complex: the real modulus (auto: the result type follows W)
+  template <class W> static IGNIS_DEV auto apply(W x) {
+    if constexpr (is_complex_v<W>) return c_abs(x);
+    else if constexpr (is_float_v<W>) return m_abs(x);
     else if constexpr (is_signed_v<W>) return x < W(0) ? op_neg::apply(x) : x;
     else return x;  // bool, unsigned
   }
@@ -415,6 +459,7 @@ struct op_atanh {
   struct NAME {                                                          \
     template <class W> static IGNIS_DEV W apply(W x) {                   \
       if constexpr (is_float_v<W>) return FN(x);                         \
+      else if constexpr (is_complex_v<W>) return W(FN(x.re), FN(x.im));  \
       else return x;                                                     \
     }                                                                    \
   };
@@ -423,9 +468,10 @@ IGNIS_EW_ROUNDING(op_ceil, m_ceil)
 IGNIS_EW_ROUNDING(op_trunc, m_trunc)
 IGNIS_EW_ROUNDING(op_round, m_rint)
 #undef IGNIS_EW_ROUNDING
-struct op_sign {  // NaN stays NaN; -0 gives 0
+struct op_sign {  // NaN stays NaN; -0 gives 0; complex: x / |x|
   template <class W> static IGNIS_DEV W apply(W x) {
-    if constexpr (is_float_v<W>) return x > W(0) ? W(1) : (x < W(0) ? W(-1) : 
+    if constexpr (is_complex_v<W>) return c_sign(x);
+    else if constexpr (is_float_v<W>) return x > W(0) ? W(1) : (x < W(0) ? W(-1) : 
                                                                    (x == W(0) ? W(0) : x));
     else if constexpr (is_signed_v<W>) return x > W(0) ? W(1) : (x < W(0) ? W(-1) : W(0));
     else return x > W(0) ? W(1) : W(0);
@@ -440,6 +486,25 @@ struct op_positive {
 struct op_zero {
   template <class W> static IGNIS_DEV W apply(W) { return W(0); }
 };
+// real, imag, conj: complex parts (real results for real/imag); real types as positive / zero.
+struct op_real {
+  template <class W> static IGNIS_DEV auto apply(W x) {
+    if constexpr (is_complex_v<W>) return x.re;
+    else return x;
+  }
+};
+struct op_imag {
+  template <class W> static IGNIS_DEV auto apply(W x) {
+    if constexpr (is_complex_v<W>) return x.im;
+    else return W(0);
+  }
+};
+struct op_conj {
+  template <class W> static IGNIS_DEV W apply(W x) {
+    if constexpr (is_complex_v<W>) return c_conj(x);
+    else return x;
+  }
+};
 struct op_reciprocal {
   template <class W> static IGNIS_DEV W apply(W x) { return W(1) / x; }
 };
@@ -452,19 +517,22 @@ struct op_bitwise_invert {
 // Predicates: bool out.
 struct op_isnan {
   template <class W> static IGNIS_DEV bool apply(W x) {
-    if constexpr (is_float_v<W>) return x != x;
+    if constexpr (is_complex_v<W>) return c_isnan(x);
+    else if constexpr (is_float_v<W>) return x != x;
     else return false;
   }
 };
 struct op_isinf {
   template <class W> static IGNIS_DEV bool apply(W x) {
-    if constexpr (is_float_v<W>) return isinf(x);
+    if constexpr (is_complex_v<W>) return c_isinf(x);
+    else if constexpr (is_float_v<W>) return isinf(x);
     else return false;
   }
 };
 struct op_isfinite {
   template <class W> static IGNIS_DEV bool apply(W x) {
-    if constexpr (is_float_v<W>) return isfinite(x);
+    if constexpr (is_complex_v<W>) return c_isfinite(x);
+    else if constexpr (is_float_v<W>) return isfinite(x);
     else return true;
   }
 };

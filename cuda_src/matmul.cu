@@ -16,6 +16,8 @@
 //                          T = float: TF32 mma.m16n8k8 (inputs rounded to TF32, float32
 //                          accumulation); used only where TF32 has been allowed.
 //                          128 x 128 output tile, 8 warps of 64 x 32, a 4-stage cp.async pipeline.
+//   gemm_complex<T>        complex64 / complex128: a plain 16 x 16 shared-memory tiling (the
+//                          fallback where cuBLAS's cgemm / zgemm is absent).
 //   gemm_simt<T, LA, LB>   FMA kernel for every architecture: float (float32 math), double
 //                          (float64 math) and the 16-bit types (float32 math). Register
 //                          blocking of 8 x 8 (4 x 4 for double) results per thread, a
@@ -38,6 +40,7 @@
 // (IGNIS_TC_HOST_EMULATION, IGNIS_GEMM_HOST_EMULATION) and run these kernels on the CPU, thread
 // by thread, to check the data movement.
 #include "ignis_types.cuh"
+#include "complex.cuh"
 #include "tensor_core.cuh"
 
 namespace ignis {
@@ -562,6 +565,50 @@ __global__ void __launch_bounds__(256, 1)
         const int64 col = n0 + wn0 + ni * 8 + 2 * t + (q & 1);
         store_result(C, p, row, col, acc[mi][ni][q], alpha, beta);
       }
+}
+
+// --- complex ----------------------------------------------------------------------------------------
+// gemm_complex<T>: complex64 / complex128 (complex.cuh), the own-kernel fallback where cuBLAS's
+// cgemm/zgemm is not there. A plain shared-memory tiling: 16 x 16 results per block, one per
+// thread, k in steps of 16; any strides (element-wise loads), edge tiles read zeros. alpha and
+// beta are real (the front end passes 1 and 0, or real scalars).
+template <class T>
+__global__ void __launch_bounds__(256)
+    gemm_complex(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ c, GemmArgs p) {
+  typedef typename T::value_type R;
+  constexpr int TILE = 16;
+  __shared__ T As[TILE][TILE + 1];
+  __shared__ T Bs[TILE][TILE + 1];
+  int tile_m, tile_n;
+  tile_of_block(p, tile_m, tile_n);
+  int64 z;
+  if (!batch_of_block(p, z)) return;
+  int64 oa, ob, oc;
+  batch_offsets(p, z, oa, ob, oc);
+  const int tx = (int)threadIdx.x % TILE, ty = (int)threadIdx.x / TILE;
+  const int64 row = (int64)tile_m * TILE + ty, col = (int64)tile_n * TILE + tx;
+  T acc(R(0), R(0));
+  for (int64 k0 = 0; k0 < p.k; k0 += TILE) {
+    const int64 ka = k0 + tx, kb = k0 + ty;
+    As[ty][tx] = (row < p.m && ka < p.k) ? a[oa + row * p.a_rs + ka * p.a_cs] : T(R(0), R(0));
+    Bs[ty][tx] = (kb < p.k && col < p.n) ? b[ob + kb * p.b_rs + col * p.b_cs] : T(R(0), R(0));
+    __syncthreads();
+#pragma unroll
+    for (int l = 0; l < TILE; ++l) {
+      // the plain complex product (no Annex G recovery): as BLAS computes it
+      const T x = As[ty][l], y = Bs[l][tx];
+      acc.re += x.re * y.re - x.im * y.im;
+      acc.im += x.re * y.im + x.im * y.re;
+    }
+    __syncthreads();
+  }
+  if (row < p.m && col < p.n) {
+    T* out = c + oc + row * p.c_rs + col * p.c_cs;
+    const R alpha = (R)p.alpha, beta = (R)p.beta;
+    T r(alpha * acc.re, alpha * acc.im);
+    if (beta != R(0)) r = T(r.re + beta * out->re, r.im + beta * out->im);
+    *out = r;
+  }
 }
 
 }  // namespace gemm

@@ -1,7 +1,9 @@
 // philox.cuh - the Philox-4x32-10 counter-based generator (Salmon et al., SC 2011) and the
 // stream layout of ignis.random: block b of a stream (seed, offset) is
 // philox(counter = (b mod 2**32, b >> 32, 0, 0), key = (seed mod 2**32, seed >> 32)), and a call
-// starting at `offset` uses blocks offset, offset + 1, ... (see ignis/_array/random.py).
+// starting at `offset` uses blocks offset, offset + 1, ... (see ignis/_array/random.py). A kernel
+// gets the stream either as values (k0, k1, offset) or, inside a captured CUDA graph, as a
+// pointer to the device state {seed, base block} plus its offset from that base.
 #pragma once
 
 #include "ignis_types.cuh"
@@ -44,6 +46,24 @@ IGNIS_DEV Words philox4x32_10(uint32 c0, uint32 c1, uint32 c2, uint32 c3, uint32
 // Block `b` (absolute, offset already added) of the stream with key (k0, k1).
 IGNIS_DEV Words stream_block(uint64 b, uint32 k0, uint32 k1) {
   return philox4x32_10((uint32)b, (uint32)(b >> 32), 0u, 0u, k0, k1);
+}
+
+// The key and first block of a call whose stream lives in device memory (ignis.random's
+// graph-safe draws): state = {seed, base block}, written before each replay of a captured graph;
+// `offset` is the call's first block counted from that base. Read once per thread: two loads of
+// one cached address, so a graph's kernels see the state its replay wrote, not the capture's.
+struct StreamPos {
+  uint32 k0, k1;
+  uint64 offset;
+};
+
+IGNIS_DEV StreamPos stream_from_state(const uint64* __restrict__ state, uint64 offset) {
+  const uint64 seed = state[0];
+  StreamPos s;
+  s.k0 = (uint32)seed;
+  s.k1 = (uint32)(seed >> 32);
+  s.offset = state[1] + offset;
+  return s;
 }
 
 // 53 random bits from two words: (hi >> 5) * 2**26 + (lo >> 6).

@@ -6,6 +6,10 @@
 // count n, and runs one thread per Philox block in a grid-stride loop: block j of the call
 // gives the elements whose words it holds (4 / words-per-element of them, or two Box-Muller
 // pairs for normal values).
+//
+// Each kind also has a `_from_state` kernel for captured CUDA graphs: it reads the key and the
+// base block from a device buffer {seed, base block} (philox.cuh: stream_from_state), which the
+// host rewrites with store_state before each replay, so a replayed graph draws new numbers.
 #include "elementwise.cuh"
 #include "philox.cuh"
 
@@ -20,7 +24,7 @@ template <class T> IGNIS_DEV T uniform_one(uint32 w) {
   else return (float)(w >> 8) * 0x1p-24f;
 }
 
-template <class T> __global__ void uniform(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
+template <class T> IGNIS_DEV void uniform_all(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
   if constexpr (ew::same_type<T, double>::value) {
     const int64 blocks = (n + 1) / 2;
     IGNIS_GRID_STRIDE_LOOP(j, blocks) {
@@ -42,6 +46,15 @@ template <class T> __global__ void uniform(T* out, int64 n, uint32 k0, uint32 k1
   }
 }
 
+template <class T> __global__ void uniform(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
+  uniform_all<T>(out, n, k0, k1, offset);
+}
+
+template <class T> __global__ void uniform_from_state(T* out, int64 n, const uint64* __restrict__ state, uint64 offset) {
+  const StreamPos at = stream_from_state(state, offset);
+  uniform_all<T>(out, n, at.k0, at.k1, at.offset);
+}
+
 // Box-Muller in float64: u1 in (0, 1], u2 in [0, 1); returns (r cos t, r sin t).
 IGNIS_DEV void box_muller(double u1, double u2, double& z0, double& z1) {
   double r = sqrt(-2.0 * log(u1));
@@ -56,7 +69,7 @@ template <class T> IGNIS_DEV T normal_value(double z) {
   else return ew::cast<T>((float)z);
 }
 
-template <class T> __global__ void normal(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
+template <class T> IGNIS_DEV void normal_all(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
   if constexpr (ew::same_type<T, double>::value) {
     // pair p (elements 2p, 2p+1) takes the four words of block p
     const int64 pairs = (n + 1) / 2;
@@ -90,11 +103,20 @@ template <class T> __global__ void normal(T* out, int64 n, uint32 k0, uint32 k1,
   }
 }
 
+template <class T> __global__ void normal(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset) {
+  normal_all<T>(out, n, k0, k1, offset);
+}
+
+template <class T> __global__ void normal_from_state(T* out, int64 n, const uint64* __restrict__ state, uint64 offset) {
+  const StreamPos at = stream_from_state(state, offset);
+  normal_all<T>(out, n, at.k0, at.k1, at.offset);
+}
+
 // Integers in [low, low + span), span = span_m1 + 1 (span_m1 = 2**64 - 1 stands for 2**64).
 // WIDE false: span <= 2**32, low + ((w * span) >> 32), one word per element.
 // WIDE true: low + (((w0 << 32) | w1) mod span), two words per element.
 template <class T, bool WIDE>
-__global__ void integers(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset, int64 low, uint64 span_m1) {
+IGNIS_DEV void integers_all(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset, int64 low, uint64 span_m1) {
   if constexpr (WIDE) {
     const int64 blocks = (n + 1) / 2;
     IGNIS_GRID_STRIDE_LOOP(j, blocks) {
@@ -123,6 +145,28 @@ __global__ void integers(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset, i
         }
       }
     }
+  }
+}
+
+template <class T, bool WIDE>
+__global__ void integers(T* out, int64 n, uint32 k0, uint32 k1, uint64 offset, int64 low, uint64 span_m1) {
+  integers_all<T, WIDE>(out, n, k0, k1, offset, low, span_m1);
+}
+
+template <class T, bool WIDE>
+__global__ void integers_from_state(T* out, int64 n, const uint64* __restrict__ state, uint64 offset, int64 low,
+                                    uint64 span_m1) {
+  const StreamPos at = stream_from_state(state, offset);
+  integers_all<T, WIDE>(out, n, at.k0, at.k1, at.offset, low, span_m1);
+}
+
+// Write a stream's (seed, base block) into the device state a captured graph reads: queued on
+// the replay's stream just before the graph, so the graph's kernels see it and no earlier
+// replay (ordered before it on that stream) does. One thread.
+__global__ void store_state(uint64* state, uint64 seed, uint64 offset) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    state[0] = seed;
+    state[1] = offset;
   }
 }
 

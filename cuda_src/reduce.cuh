@@ -9,9 +9,12 @@
 //   * warp and block reductions over any op in a fixed order (deterministic results);
 //   * for_span: visits a contiguous span of a row with 16-byte vector loads where the address
 //     allows it, several loads in flight per thread.
+// Complex sums, products and means (complex.cuh) run through the same ops: acc_t is the complex
+// type, the warp shuffles move its two parts, and a mean divides both parts.
 #pragma once
 
 #include "ignis_types.cuh"
+#include "complex.cuh"
 
 #if defined(__CUDACC__)
 
@@ -110,6 +113,10 @@ template <class W> struct ArgPair {
 template <class A> IGNIS_DEV A shfl_xor(A v, int lane_mask) {
   return __shfl_xor_sync(full_warp_mask, v, lane_mask);
 }
+template <class R> IGNIS_DEV complex<R> shfl_xor(complex<R> v, int lane_mask) {
+  return complex<R>(__shfl_xor_sync(full_warp_mask, v.re, lane_mask),
+                    __shfl_xor_sync(full_warp_mask, v.im, lane_mask));
+}
 template <class W> IGNIS_DEV ArgPair<W> shfl_xor(ArgPair<W> p, int lane_mask) {
   ArgPair<W> q;
   q.v = __shfl_xor_sync(full_warp_mask, p.v, lane_mask);
@@ -135,7 +142,10 @@ template <class A> struct SumOp {
   // mean and var divide by a count (div); a plain sum passes div = 1, which is exact.
   template <class O> static IGNIS_DEV O finish(acc_t a, double div) {
     if constexpr (IsFloat<acc_t>::value) return cvt_out<O>(a / (acc_t)div);
-    else return cvt_out<O>((A)a);
+    else if constexpr (is_complex<acc_t>::value) {
+      typedef typename acc_t::value_type R;
+      return cvt_out<O>(acc_t(a.re / (R)div, a.im / (R)div));
+    } else return cvt_out<O>((A)a);
   }
 };
 

@@ -374,3 +374,10 @@ def test_optimizers_take_the_grads_a_recorded_backward_leaves(device, rng) -> No
     np.testing.assert_allclose(w.to_host(), wv - 0.5 * 2 * wv, rtol=1e-13)
     opt.zero_grad(set_to_none=False)
     assert not isinstance(w.grad, Tensor) and not np.any(w.grad.to_host())
+
+
+def test_a_complex_result_of_a_recorded_op_is_refused(device) -> None:
+    x = leaf([1.0, 2.0], device)
+    with pytest.raises(ignis.DTypeError, match="multiply: the result is complex128, and autograd"):
+        x * 1j
+    assert (x.detach() * 1j).dtype == ignis.complex128  # outside the graph it is an array op

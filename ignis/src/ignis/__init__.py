@@ -25,6 +25,8 @@ from ._dtypes import (
     bfloat16,
     bool_,
     can_cast,
+    complex64,
+    complex128,
     float16,
     float32,
     float64,
@@ -42,6 +44,7 @@ from ._dtypes import (
 from ._dtypes import (
     bool_ as bool,  # noqa: A004 (the Array API's name; shadows the builtin only in ignis)
 )
+from ._elementwise_kernel import ElementwiseKernel
 from ._errors import (
     CompileError,
     CudaError,

@@ -39,6 +39,10 @@ __all__ = [
     "CUDA_R_16BF",
     "CUDA_R_32F",
     "CUDA_R_64F",
+    "CUDA_C_32F",
+    "CUDA_C_64F",
+    "ComplexFloat",
+    "ComplexDouble",
     "CUBLAS_OP_N",
     "CUBLAS_OP_T",
     "CUBLAS_COMPUTE_32F",
@@ -51,6 +55,24 @@ CUDA_R_32F = 0
 CUDA_R_64F = 1
 CUDA_R_16F = 2
 CUDA_R_16BF = 14
+CUDA_C_32F = 4  # complex64 (cuComplex)
+CUDA_C_64F = 5  # complex128 (cuDoubleComplex)
+
+
+class ComplexFloat(ctypes.Structure):
+    """cuComplex, the scale type of a complex64 product (``ComplexFloat(2.0)`` is 2 + 0j).
+
+    Example: ``ctypes.byref(ComplexFloat(1.0, 0.5))`` as ``alpha`` of a CUDA_C_32F GEMM.
+    """
+
+    _fields_ = [("re", ctypes.c_float), ("im", ctypes.c_float)]
+
+
+class ComplexDouble(ctypes.Structure):
+    """cuDoubleComplex, the scale type of a complex128 product."""
+
+    _fields_ = [("re", ctypes.c_double), ("im", ctypes.c_double)]
+
 # cublasOperation_t
 CUBLAS_OP_N = 0
 CUBLAS_OP_T = 1
@@ -196,7 +218,9 @@ class CublasLibrary(HandleLibrary):
         """``cublasGemmStridedBatchedEx`` on ``stream`` (column-major, as cuBLAS sees it).
 
         ``alpha``/``beta`` are ``ctypes.byref`` of scalars of the compute type's scale type
-        (c_float for the 32F compute types, c_double for 64F); pointers and the stream are ints.
+        (c_float for the 32F compute types, c_double for 64F; :class:`ComplexFloat` /
+        :class:`ComplexDouble` for complex data, CUDA_C_32F / CUDA_C_64F, which makes this
+        cgemm / zgemm); pointers and the stream are ints.
         The handle is bound to ``stream`` only when it was last bound to another one.
         """
         # HandleLibrary.bind, inline: one Python call less on every product.

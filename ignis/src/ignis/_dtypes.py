@@ -1,8 +1,10 @@
 """The dtypes of ignis arrays and their promotion rules.
 
-Thirteen dtypes exist: ``bool_`` (also ``ignis.bool``), ``int8``, ``int16``, ``int32``,
-``int64``, ``uint8``, ``uint16``, ``uint32``, ``uint64``, ``float16``, ``bfloat16``, ``float32``
-and ``float64``. Each is a singleton :class:`DType`; everywhere a dtype is accepted a name
+Fifteen dtypes exist: thirteen real ones, ``bool_`` (also ``ignis.bool``), ``int8``, ``int16``,
+``int32``, ``int64``, ``uint8``, ``uint16``, ``uint32``, ``uint64``, ``float16``, ``bfloat16``,
+``float32`` and ``float64`` (the tuple ``all_dtypes``), and two complex ones, ``complex64``
+(two float32) and ``complex128`` (two float64) (the tuple ``complex_dtypes``; ``every_dtype``
+holds all fifteen). Each is a singleton :class:`DType`; everywhere a dtype is accepted a name
 (``"float32"``), a NumPy dtype or scalar type (``numpy.float32``) or a :class:`DType` works.
 
 Promotion (:func:`result_type`) follows NumPy 2 (NEP 50), with ``bfloat16`` as ``ml_dtypes``
@@ -14,10 +16,16 @@ defines it, and two deliberate differences where NumPy has no answer:
 * A Python ``float`` with a ``bfloat16`` array stays ``bfloat16`` (``ml_dtypes`` does not mark
   bfloat16 as a float kind, so NumPy would give ``float64``).
 
+Complex dtypes promote as NumPy 2's: ``float32`` with ``complex64`` gives ``complex64``,
+``float64`` (or a 32/64-bit integer) with ``complex64`` gives ``complex128``.
+
 Python scalars are *weak* (NEP 50): they take the array's dtype when their kind allows it, so
 ``float32 array + 2.0`` is ``float32`` and ``int8 array + 3`` is ``int8``. A Python ``float``
 with an integer or bool array gives ``float64`` (what NumPy 2 does), a Python ``int`` with a bool
-array gives ``int64``. Scalars alone give ``bool``/``int64``/``float64``.
+array gives ``int64``. A Python ``complex`` with a floating array gives the complex dtype of the
+same precision (``float32`` or a 16-bit float -> ``complex64``, ``float64`` -> ``complex128``),
+with an integer or bool array ``complex128``. Scalars alone give
+``bool``/``int64``/``float64``/``complex128``.
 
 Example::
 
@@ -52,9 +60,16 @@ __all__ = [
     "bfloat16",
     "float32",
     "float64",
+    "complex64",
+    "complex128",
     "all_dtypes",
+    "complex_dtypes",
+    "every_dtype",
+    "real_of",
+    "complex_of",
     "floating_dtypes",
     "default_float",
+    "default_complex",
     "default_int",
     "integer_dtypes",
     "as_dtype",
@@ -71,7 +86,8 @@ class DType:
         name: the canonical name, e.g. ``"bfloat16"``.
         numpy: the matching :class:`numpy.dtype` (``ml_dtypes.bfloat16`` for bfloat16).
         itemsize: bytes per element.
-        kind: ``"b"`` (bool), ``"i"`` (signed integer), ``"u"`` (unsigned) or ``"f"`` (floating).
+        kind: ``"b"`` (bool), ``"i"`` (signed integer), ``"u"`` (unsigned), ``"f"`` (real
+            floating) or ``"c"`` (complex floating).
 
     ``numpy.dtype(ignis.float32)`` works too (through the ``dtype`` attribute).
 
@@ -118,6 +134,11 @@ class DType:
         return self.kind in "if"
 
     @property
+    def is_complex(self) -> bool:
+        """True for complex64 and complex128."""
+        return self.kind == "c"
+
+    @property
     def is_bool(self) -> bool:
         return self.kind == "b"
 
@@ -161,6 +182,8 @@ float16 = DType("float16", np.float16, "f", 1)
 bfloat16 = DType("bfloat16", None, "f", 1, itemsize=2)
 float32 = DType("float32", np.float32, "f", 3)
 float64 = DType("float64", np.float64, "f", 4)
+complex64 = DType("complex64", np.complex64, "c", 3)
+complex128 = DType("complex128", np.complex128, "c", 4)
 
 all_dtypes: tuple[DType, ...] = (
     bool_,
@@ -178,16 +201,23 @@ all_dtypes: tuple[DType, ...] = (
     float64,
 )
 floating_dtypes: tuple[DType, ...] = (float16, bfloat16, float32, float64)
+#: The complex dtypes; kept out of ``all_dtypes`` (the real dtypes, as before they existed) so
+#: that code iterating it meets only dtypes it was written for.
+complex_dtypes: tuple[DType, ...] = (complex64, complex128)
+#: Every dtype: the real ones, then the complex ones.
+every_dtype: tuple[DType, ...] = all_dtypes + complex_dtypes
 
 #: The default dtypes (the Array API's choice left to the library, made once here): Python
 #: floats and the creation functions give float32, as in PyTorch; Python ints give int64.
 default_float: DType = float32
 default_int: DType = int64
+#: The default complex dtype: the complex of the default float (``asarray(1j)`` gives it).
+default_complex: DType = complex64
 integer_dtypes: tuple[DType, ...] = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 
 DTypeLike = DType | str | np.dtype | type
 
-_BY_NAME: dict[str, DType] = {d.name: d for d in all_dtypes}
+_BY_NAME: dict[str, DType] = {d.name: d for d in every_dtype}
 _BY_NAME.update(
     {
         "bool_": bool_,
@@ -197,12 +227,37 @@ _BY_NAME.update(
         "bf16": bfloat16,
         "int": int64,
         "long": int64,
+        "cfloat": complex64,
+        "cdouble": complex128,
     }
 )
-_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in all_dtypes if d is not bfloat16}
-_BY_PYTYPE: dict[type, DType] = {bool: bool_, int: int64, float: float64}
+_BY_NUMPY: dict[np.dtype, DType] = {d.numpy: d for d in every_dtype if d is not bfloat16}
+_BY_PYTYPE: dict[type, DType] = {bool: bool_, int: int64, float: float64, complex: complex128}
 
-_SUPPORTED = ", ".join(d.name for d in all_dtypes)
+_SUPPORTED = ", ".join(d.name for d in every_dtype)
+
+# complex <-> real of the same precision (the half floats widen to complex64, as NumPy's).
+_REAL_OF = {"complex64": float32, "complex128": float64}
+_COMPLEX_OF = {
+    "float16": complex64,
+    "bfloat16": complex64,
+    "float32": complex64,
+    "float64": complex128,
+    "complex64": complex64,
+    "complex128": complex128,
+}
+
+
+def real_of(dtype: DType) -> DType:
+    """The real dtype of a complex one's parts (``complex64 -> float32``); other dtypes are
+    returned as they are. Example: ``real_of(complex128) is float64``."""
+    return _REAL_OF.get(dtype.name, dtype)
+
+
+def complex_of(dtype: DType) -> DType:
+    """The complex dtype whose parts hold ``dtype`` (``float32 -> complex64``; integers and
+    bool give complex128). Example: ``complex_of(float64) is complex128``."""
+    return _COMPLEX_OF.get(dtype.name, complex128)
 
 
 def _load_bfloat16() -> np.dtype:
@@ -258,7 +313,7 @@ _PROMOTE: dict[tuple[str, str], DType] = {}
 
 
 def _fill_promotion_table() -> None:
-    order = [d.name for d in all_dtypes]
+    order = [d.name for d in every_dtype]
     overrides = {("bfloat16", "float16"): float32}
     for d in integer_dtypes:
         if d.itemsize > 1:
@@ -290,7 +345,7 @@ def promote_types(a: DTypeLike, b: DTypeLike) -> DType:
 
 
 def _scalar_kind(value: Any) -> str | None:
-    """'b', 'i', 'f' for a weak Python scalar, None if ``value`` is not one."""
+    """'b', 'i', 'f', 'c' for a weak Python scalar, None if ``value`` is not one."""
     t = type(value)
     if t is bool:
         return "b"
@@ -298,29 +353,34 @@ def _scalar_kind(value: Any) -> str | None:
         return "i"
     if t is float:
         return "f"
+    if t is complex:
+        return "c"
     return None
 
 
 def is_weak_scalar(value: Any) -> bool:
-    """True for Python bool/int/float (not NumPy scalars, which carry a dtype)."""
+    """True for Python bool/int/float/complex (not NumPy scalars, which carry a dtype)."""
     return _scalar_kind(value) is not None
 
 
-_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2}
-# NumPy's kind order for "same_kind" casting: bool < unsigned < signed < floating.
-_CAST_KIND = {"b": 0, "u": 1, "i": 2, "f": 3}
+_KIND_ORDER = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+# NumPy's kind order for "same_kind" casting: bool < unsigned < signed < floating < complex.
+_CAST_KIND = {"b": 0, "u": 1, "i": 2, "f": 3, "c": 4}
 
 
 def result_type(*args: Any, op: str = "result_type") -> DType:
     """The dtype of an operation over ``args`` (dtypes, arrays or Python scalars).
 
-    Arrays and dtypes are *strong*; Python ``bool``/``int``/``float`` are *weak* and only raise
-    the kind (bool < integer < floating). NumPy scalars count as strong, as in NumPy 2.
+    Arrays and dtypes are *strong*; Python ``bool``/``int``/``float``/``complex`` are *weak*
+    and only raise the kind (bool < integer < floating < complex). NumPy scalars count as
+    strong, as in NumPy 2.
 
     Example::
 
         >>> result_type(float16, 1.5), result_type(int8, 1000), result_type(uint8, 1.0)
         (ignis.float16, ignis.int8, ignis.float64)
+        >>> result_type(float32, 1j), result_type(int8, 1j)
+        (ignis.complex64, ignis.complex128)
     """
     strong: DType | None = None
     weak_kind = -1
@@ -329,17 +389,18 @@ def result_type(*args: Any, op: str = "result_type") -> DType:
         if kind is not None:
             weak_kind = max(weak_kind, _KIND_ORDER[kind])
             continue
-        if isinstance(arg, complex):
-            raise DTypeError(f"{op}: complex values are not supported (got {arg!r})")
         d = _dtype_of(arg, op)
         strong = d if strong is None else _PROMOTE[(strong.name, d.name)]
     if strong is None:
         if weak_kind < 0:
             raise DTypeError(f"{op}: needs at least one operand")
-        return (bool_, int64, float64)[weak_kind]
+        return (bool_, int64, float64, complex128)[weak_kind]
     if weak_kind <= _KIND_ORDER[strong.kind]:
         return strong
-    # The scalar's kind is higher: bool array with int -> int64; int/bool with float -> float64.
+    # The scalar's kind is higher: bool array with int -> int64; int/bool with float -> float64;
+    # a complex with a float array -> the complex of its precision, with int/bool -> complex128.
+    if weak_kind == 3:
+        return _COMPLEX_OF.get(strong.name, complex128)
     return int64 if weak_kind == 1 else float64
 
 

@@ -84,6 +84,8 @@ def apply(name: str, out: NvArray, inputs: tuple[Any, ...], ctx: tuple[Any, ...]
     if state.grad_enabled:
         edges = connect(inputs)
         if edges is not None:
+            if out._dtype.kind == "c":
+                _refuse_complex(name, out)
             r = RULES[name]
             t.grad_fn = Node(name, r.vjp, ctx, edges, out, r.fresh)
             t._requires_grad = True
@@ -117,6 +119,14 @@ def start_gradient(
     if g.dtype != data.dtype:
         return g.astype(data.dtype), True
     return g, False
+
+
+def _refuse_complex(name: str, out: NvArray) -> None:
+    raise DTypeError(
+        f"{name}: the result is {out.dtype.name}, and autograd does not differentiate complex "
+        "values; compute on the real and imaginary parts (ignis.real, ignis.imag) as real "
+        "tensors, or detach() first"
+    )
 
 
 def _plain(data: NvArray) -> Tensor:

@@ -58,6 +58,8 @@ _NP = {
     "ignis::bfloat16": ml_dtypes.bfloat16,
     "float": np.float32,
     "double": np.float64,
+    "ignis::complex64": np.complex64,
+    "ignis::complex128": np.complex128,
 }
 _OUTER = struct.Struct("<8q8qii")
 
@@ -175,7 +177,8 @@ class EmOp:
                     self.acc
                 )
             if self.kind == "SumOp":
-                out[()] = np.sum(w, dtype=np.uint64 if self.acc.kind == "u" else np.float64)
+                wide = {"u": np.uint64, "c": np.complex128}.get(self.acc.kind, np.float64)
+                out[()] = np.sum(w, dtype=wide)
             elif self.kind == "SqDevOp":
                 d = w if self.partial else (w - self.acc.type(center)).astype(np.float64)
                 out[()] = np.sum(d if self.partial else d * d, dtype=np.float64)
@@ -190,7 +193,7 @@ class EmOp:
         with np.errstate(all="ignore"):
             if self.kind in ("ArgMaxOp", "ArgMinOp"):
                 return np.asarray(acc["i"]).astype(o)
-            if self.kind in ("SumOp", "SqDevOp") and self.acc.kind == "f":
+            if self.kind in ("SumOp", "SqDevOp") and self.acc.kind in "fc":
                 acc = acc / self.acc.type(div)
             elif self.acc.kind == "u":
                 acc = acc.astype(np.int64)

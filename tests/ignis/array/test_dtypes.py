@@ -54,7 +54,7 @@ def test_public_dtype_names() -> None:
     assert hash(dt.float32) == hash(dt.as_dtype("float32"))
 
 
-@pytest.mark.parametrize("bad", ["complex64", np.complex128, "nonsense", object, None])
+@pytest.mark.parametrize("bad", ["complex32", np.clongdouble, "nonsense", object, None])
 def test_unsupported_dtypes_raise_dtype_error(bad) -> None:
     with pytest.raises(ignis.DTypeError, match=r"zeros: unsupported dtype .* expected one of bool"):
         dt.as_dtype(bad, "zeros")
@@ -106,8 +106,7 @@ def test_result_type_examples_from_the_docs() -> None:
     assert dt.result_type(dt.int8, 100) is dt.int8
     assert dt.result_type(1, 2.0) is dt.float64 and dt.result_type(True) is dt.bool_
     assert dt.result_type(np.float32(1.0), dt.float16) is dt.float32  # NumPy scalars are strong
-    with pytest.raises(ignis.DTypeError, match="complex"):
-        dt.result_type(dt.float32, 1j)
+    assert dt.result_type(dt.float32, 1j) is dt.complex64  # weak complex scalars
     with pytest.raises(ignis.DTypeError, match="at least one"):
         dt.result_type()
 

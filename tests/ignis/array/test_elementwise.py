@@ -278,8 +278,7 @@ def test_scalar_rules_examples(device: str) -> None:
     assert (ignis.ones(2, dtype="bool", device=device) + 1).dtype == "int64"
     with pytest.raises(OverflowError, match="add: Python integer 256 is out of bounds for uint8"):
         u8 + 256
-    with pytest.raises(ignis.DTypeError, match="complex"):
-        f16 + 1j
+    assert (f16 + 1j).dtype == "complex64"  # a weak complex takes the float's precision
     with pytest.raises(TypeError, match="NumPy arrays are not converted implicitly"):
         ignis.add(f16, np.ones(3))
     with pytest.raises(TypeError, match="NumPy arrays are not converted implicitly"):

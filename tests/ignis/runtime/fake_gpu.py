@@ -206,6 +206,10 @@ def _struct_size(ctype: str) -> int:
         from ignis._array._cuda_backend.attention import LAYOUT
 
         return LAYOUT.size
+    if ctype in ("ignis::complex64", "complex64"):  # cuda_src/complex.cuh: float2 / double2
+        return 8
+    if ctype in ("ignis::complex128", "complex128"):
+        return 16
     if ctype.endswith("tma::TensorMap"):  # a CUtensorMap
         from ignis._tensor_map import MAP_BYTES
 

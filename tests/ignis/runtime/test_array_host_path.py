@@ -275,8 +275,7 @@ def test_operators_leave_foreign_operands_to_their_reflected_methods(gpu) -> Non
         a + np.ones(4, np.float32)
     with pytest.raises(TypeError, match="convert sequences with ignis.asarray"):
         a * [1.0, 2.0]
-    with pytest.raises(ignis.DTypeError, match="complex values are not supported"):
-        a + 1j
+    assert (a + 1j).dtype.kind == "c"  # complex scalars are values the array knows
     with pytest.raises(TypeError, match="add: expected an NvArray or a Python/NumPy scalar"):
         ignis.add(a, o)  # the functions never defer
 

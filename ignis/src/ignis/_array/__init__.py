@@ -12,6 +12,7 @@ from . import (
     _namespace,
     _ops,
     _sorting,
+    fft,
     linalg,
     random,  # noqa: I001
 )
@@ -47,6 +48,7 @@ __all__ = [
     "register_backend",
     "random",
     "linalg",
+    "fft",
     "arange",
     "asarray",
     "empty",
@@ -78,3 +80,4 @@ import sys as _sys  # noqa: E402
 
 _sys.modules.setdefault(__package__.rpartition(".")[0] + ".random", random)
 _sys.modules.setdefault(__package__.rpartition(".")[0] + ".linalg", linalg)
+_sys.modules.setdefault(__package__.rpartition(".")[0] + ".fft", fft)

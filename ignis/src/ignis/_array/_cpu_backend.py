@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["CpuBackend", "host_view"]
 
 _HALF = (dt.float16, dt.bfloat16)
+# compute dtype name -> the NumPy dtype it runs in (float32 for the half types): a dict lookup
+# on every op (a test against _HALF would call DType.__eq__). bfloat16's own NumPy dtype is not
+# read here (it would import ml_dtypes).
+_WORK = {
+    d.name: np.dtype(np.float32) if d.name in ("float16", "bfloat16") else d.numpy
+    for d in dt.every_dtype
+}
 
 
 def host_view(arr: NvArray) -> np.ndarray:
@@ -38,11 +45,11 @@ def host_view(arr: NvArray) -> np.ndarray:
 
 def _work(dtype: dt.DType) -> np.dtype:
     """The NumPy dtype a computation in ``dtype`` runs in (float32 for the half types)."""
-    return np.dtype(np.float32) if dtype in _HALF else dtype.numpy
+    return _WORK[dtype.name]
 
 
 def _operand(x: Any, work: np.dtype) -> Any:
-    if isinstance(x, (bool, int, float)):
+    if isinstance(x, (bool, int, float, complex)):
         return work.type(x)
     v = host_view(x)
     return v if v.dtype == work else v.astype(work)
@@ -92,20 +99,27 @@ class CpuBackend(Backend):
     def unary(
         self, op: str, out: NvArray, x: NvArray, compute: dt.DType, params: dict[str, Any]
     ) -> None:
-        work = _work(compute)
+        work = _WORK[compute.name]
+        entry = ELEMENTWISE[op]
+        # (complex operands: the table's complex reference where it has one)
+        fn = entry.numpy_complex or entry.numpy if work.kind == "c" else entry.numpy
         with np.errstate(all="ignore"):
-            res = ELEMENTWISE[op].numpy(_operand(x, work), **params)
+            res = fn(_operand(x, work), **params)
             host_view(out)[...] = res
 
     def binary(self, op: str, out: NvArray, a: Any, b: Any, compute: dt.DType) -> None:
-        work = _work(compute)
+        work = _WORK[compute.name]
         with np.errstate(all="ignore"):
             res = ELEMENTWISE[op].numpy(_operand(a, work), _operand(b, work))
             host_view(out)[...] = res
 
     def where(self, out: NvArray, cond: Any, a: Any, b: Any, compute: dt.DType) -> None:
         work = _work(compute)
-        c = bool(cond) if isinstance(cond, (bool, int, float)) else host_view(cond).astype(bool)
+        c = (
+            bool(cond)
+            if isinstance(cond, (bool, int, float, complex))
+            else host_view(cond).astype(bool)
+        )
         with np.errstate(all="ignore"):
             host_view(out)[...] = np.where(c, _operand(a, work), _operand(b, work))
 

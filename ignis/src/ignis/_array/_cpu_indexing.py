@@ -75,6 +75,20 @@ def dropout(
     host_view(mask)[...] = keep.reshape(mask.shape)
 
 
+def dropout_from_state(
+    y: NvArray,
+    mask: NvArray,
+    x: NvArray,
+    threshold: int,
+    scale: float,
+    state: NvArray,
+    offset: int,
+) -> None:
+    """``dropout`` from the stream ``(state[0], state[1] + offset)`` (graph-safe draws)."""
+    seed, base = (int(v) for v in host_view(state))
+    dropout(y, mask, x, threshold, scale, seed, (base + offset) & 0xFFFFFFFFFFFFFFFF)
+
+
 def dropout_backward(out: NvArray, grad: NvArray, mask: NvArray, scale: float) -> None:
     work = _work(grad.dtype)
     g = host_view(grad).astype(work)

@@ -65,13 +65,16 @@ def _failing_minor(a: np.ndarray) -> int:
 
 def cholesky(out: NvArray, info: NvArray, x: NvArray, upper: bool) -> None:
     a, o, inf = host_view(x), host_view(out), host_view(info)
-    # The upper factor of x's upper triangle is the transpose of the lower factor of x^T
-    # (NumPy 1.x has no upper=).
-    src = a.swapaxes(-1, -2) if upper else a
+    # The upper factor of x's upper triangle is the (conjugate) transpose of the lower factor of
+    # x^T (x^H for complex x) (NumPy 1.x has no upper=).
+    herm = a.dtype.kind == "c"
+    src = (a.swapaxes(-1, -2).conj() if herm else a.swapaxes(-1, -2)) if upper else a
 
     def run(i: Any) -> None:
         f = np.linalg.cholesky(src[i])
-        o[i] = f.swapaxes(-1, -2) if upper else f
+        if upper:
+            f = f.swapaxes(-1, -2).conj() if herm else f.swapaxes(-1, -2)
+        o[i] = f
 
     _stack_then_each(run, a.shape[0], inf, lambda b: _failing_minor(src[b]), o)
 

@@ -1,4 +1,6 @@
-"""Vectorized math functions NumPy lacks (erf, sigmoid, gelu, silu), for the CPU backend.
+"""Vectorized math functions NumPy lacks (erf, sigmoid, gelu, silu), for the CPU backend, and
+the complex ``expm1`` / ``tanh`` with the Array API standard's special cases where NumPy's
+differ (complex input only: the op table keeps NumPy's functions for real input).
 
 ``erf`` is computed in float64 to about 1 ulp: a positive-term series
 ``erf(x) = 2/sqrt(pi) * exp(-x^2) * sum_n (2x^2)^n x / (1*3*...*(2n+1))`` for ``|x| <= 3`` (no
@@ -12,7 +14,7 @@ import math
 
 import numpy as np
 
-__all__ = ["erf", "sigmoid", "silu", "gelu"]
+__all__ = ["erf", "sigmoid", "silu", "gelu", "complex_expm1", "complex_tanh"]
 
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 _ONE_OVER_SQRT_PI = 1.0 / math.sqrt(math.pi)
@@ -67,3 +69,52 @@ def gelu(x: np.ndarray, approximate: str) -> np.ndarray:
         return (x.dtype.type(0.5) * x * (1 + np.tanh(inner))).astype(x.dtype, copy=False)
     phi = 0.5 * (1.0 + erf(x.astype(np.float64) / math.sqrt(2.0)))
     return (x * phi).astype(x.dtype, copy=False)
+
+
+# --- complex expm1 and tanh: the standard's special cases ----------------------------------------
+
+
+def complex_expm1(x: np.ndarray) -> np.ndarray:
+    """``e ** x - 1`` of complex ``x``, accurate near 0 and with the standard's special cases
+    (``expm1(+-0 + 0j) = 0 + 0j``, ``expm1(+inf + 0j) = +inf + 0j``, ``expm1(-inf + i y) = -1 + 0j``
+    for infinite or NaN ``y``, ...), where NumPy gives NaN parts.
+
+    Example: ``complex_expm1(numpy.array([complex(inf, 0)]))`` is ``[inf + 0j]``.
+    """
+    z = np.asarray(x)
+    re, im = z.real, z.imag
+    with np.errstate(all="ignore"):
+        out = np.expm1(z)
+        # |z| < 1: expm1(re) cos(im) - 2 sin^2(im / 2) + i exp(re) sin(im), no cancellation
+        half = np.sin(im * 0.5)
+        small_re = np.expm1(re) * np.cos(im) - 2 * half * half
+        small = (np.abs(re) < 1) & (np.abs(im) < 1)
+        out_re = np.where(small, small_re, out.real)
+        out_im = np.where(small, np.exp(re) * np.sin(im), out.imag)
+        on_axis = im == 0  # the real axis: expm1(re) with im's signed zero (+-0 gives +0)
+        out_re = np.where(on_axis, np.where(re == 0, 0.0, np.expm1(re)), out_re)
+        out_im = np.where(on_axis, im, out_im)
+        wild = ~np.isfinite(im)  # im infinite or NaN
+        out_re = np.where(wild, np.where(re == -np.inf, -1.0, np.where(re == np.inf, re, np.nan)),
+                          out_re)
+        out_im = np.where(wild, np.where(re == -np.inf, 0.0, np.nan), out_im)
+    res = np.empty(z.shape, z.dtype)
+    res.real, res.imag = out_re, out_im
+    return res
+
+
+def complex_tanh(x: np.ndarray) -> np.ndarray:
+    """Hyperbolic tangent of complex ``x``; an infinite real part gives ``+-1 + 0j`` signed by
+    the imaginary part (the standard's), where NumPy may give ``-0j`` or NaN.
+
+    Example: ``complex_tanh(numpy.array([complex(inf, 2.0)]))`` is ``[1 + 0j]``.
+    """
+    z = np.asarray(x)
+    with np.errstate(all="ignore"):
+        out = np.tanh(z)
+        inf = np.isinf(z.real)
+        if inf.any():
+            out = np.array(out, copy=True)
+            out.real = np.where(inf, np.copysign(1.0, z.real), out.real)
+            out.imag = np.where(inf, np.copysign(0.0, z.imag), out.imag)
+    return out

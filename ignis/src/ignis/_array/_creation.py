@@ -3,7 +3,8 @@
 Dtypes, unless ``dtype`` is given: ``empty/zeros/ones`` give the default floating dtype
 (float32, ``ignis._dtypes.default_float``); ``full`` and ``arange`` infer it from their values
 and ``from_host``/``asarray`` from the data: bool -> bool, Python ints -> int64, Python floats
--> float32 (the Array API's rule with ignis' default float; PyTorch's too), while NumPy arrays
+-> float32 (the Array API's rule with ignis' default float; PyTorch's too), Python complex
+numbers -> complex64 (the default complex, ``ignis._dtypes.default_complex``), while NumPy arrays
 and scalars and arrays of other libraries keep their own dtype. ``device=None`` means
 :func:`ignis.get_default_device`.
 """
@@ -52,6 +53,8 @@ def _scalar_dtype(value: Any, op: str) -> dt.DType:
     a 0-d array its own."""
     if type(value) is float:  # (not numpy.float64, a float subclass that keeps its dtype)
         return dt.default_float
+    if type(value) is complex:  # (likewise not numpy.complex128)
+        return dt.default_complex
     return dt.result_type(value, op=op)
 
 
@@ -241,13 +244,21 @@ def _host_array(values: Any, dtype: dt.DType | None, op: str) -> np.ndarray:
     try:
         host = np.asarray(values) if dtype is None else np.asarray(values, dtype=dtype.numpy)
     except (ValueError, TypeError) as exc:
+        if dtype is not None and dtype.kind != "c" and "complex" in str(exc):
+            raise DTypeError(
+                f"{op}: cannot store complex values in a {dtype.name} array; expected a "
+                "complex dtype (complex64 or complex128)"
+            ) from None
         raise ShapeError(
             f"{op}: cannot convert {type(values).__name__} to an array ({exc})"
         ) from None
     if host.dtype.kind in "OUSV" and host.dtype != dt.bfloat16.numpy:
         raise DTypeError(f"{op}: cannot convert values of NumPy dtype {host.dtype} to an array")
-    if dtype is None and host.dtype == np.float64 and not isinstance(values, _TYPED):
-        host = host.astype(dt.default_float.numpy)  # Python floats: the default float
+    if dtype is None and not isinstance(values, _TYPED):
+        if host.dtype == np.float64:
+            host = host.astype(dt.default_float.numpy)  # Python floats: the default float
+        elif host.dtype == np.complex128:
+            host = host.astype(dt.default_complex.numpy)  # Python complex: the default complex
     return host
 
 

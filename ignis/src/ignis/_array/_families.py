@@ -621,3 +621,59 @@ family(
     occurrences of each. Synchronizes the host once (the number of values).""",
     cpu="_cpu_sorting.unique", cuda="sorting.unique",
 )
+
+# --- discrete Fourier transforms (front end: fft.py) --------------------------------------------
+# Batched 1-D transforms of the rows of C-contiguous 2-D arrays ``(batch, n)``, batch, n >= 1,
+# unnormalized (the front end scales). Complex arrays are complex64 or complex128, real ones
+# float32 or float64 of the same precision. CPU: numpy.fft; CUDA: cuFFT (raising
+# ``CufftNotFoundError`` naming the extra to install where it is missing).
+
+family(
+    "fft_c2c", "out x forward",
+    """The DFT of each row of complex ``x`` into ``out`` (same shape and dtype): ``out[b, k] =
+    sum_j x[b, j] exp(-2 pi i j k / n)`` when ``forward``, with ``+`` (and no ``1/n``)
+    otherwise. ``x`` is not modified.""",
+    cpu="_cpu_fft.c2c", cuda="fft.c2c",
+)
+
+family(
+    "fft_r2c", "out x",
+    """The first ``n // 2 + 1`` coefficients of the forward DFT of each row of real ``x``
+    ``(batch, n)`` into complex ``out`` ``(batch, n // 2 + 1)``. ``x`` is not modified.""",
+    cpu="_cpu_fft.r2c", cuda="fft.r2c",
+)
+
+family(
+    "fft_c2r", "out x",
+    """The inverse DFT (no ``1/n``) of the Hermitian sequences whose first halves are the rows
+    of complex ``x`` ``(batch, n // 2 + 1)``, into real ``out`` ``(batch, n)`` (the imaginary
+    parts of ``x[:, 0]`` and, for even ``n``, ``x[:, n // 2]`` are ignored). ``x`` may be
+    overwritten (cuFFT's complex-to-real transform does).""",
+    cpu="_cpu_fft.c2r", cuda="fft.c2r",
+)
+
+# --- graph-safe random numbers (front ends: random.py, _nn_dropout_rope.py) -------------------
+# The forms of "dropout" and "random" that a CUDA graph captures (see ignis.random's notes on
+# GraphDraws): the stream's seed and base block come from ``state``, a contiguous uint64 array
+# ``(2,)`` on the backend's device holding ``(seed, base)``, read when the work runs (at each
+# replay), and ``offset`` is the call's first block counted from ``base``. The values equal
+# those of the eager family with ``(seed, base + offset)``, bit for bit.
+
+family(
+    "dropout_from_state", "y mask x threshold scale state offset",
+    """``dropout`` with the stream ``(state[0], state[1] + offset)`` read from ``state``.""",
+    cpu="_cpu_indexing.dropout_from_state", cuda="indexing.dropout_from_state",
+)
+
+family(
+    "random_from_state", "kind out state offset params",
+    """``random`` with the stream ``(state[0], state[1] + offset)`` read from ``state``.""",
+    cpu="_cpu_random.random_from_state", cuda="random_state.random_from_state",
+)
+
+family(
+    "random_store_state", "state seed offset",
+    """Write ``(seed, offset)`` (each in ``[0, 2**64)``) into ``state``, queued like any op (on
+    the CUDA backend: on the current stream, so the work queued after it reads it).""",
+    cpu="_cpu_random.store_state", cuda="random_state.store_state",
+)

@@ -3,7 +3,8 @@
 * DLPack (both directions, CPU and CUDA): ``NvArray.__dlpack__`` / ``__dlpack_device__`` and
   :func:`from_dlpack`. Capsules are built and read with ``ctypes`` (no C extension); both the
   versioned (DLPack >= 1.0, ``"dltensor_versioned"``) and the legacy (``"dltensor"``) forms are
-  produced and consumed. bfloat16 travels as ``kDLBfloat``.
+  produced and consumed. bfloat16 travels as ``kDLBfloat``, complex64 / complex128 as
+  ``kDLComplex`` with 64 / 128 bits (two float32 / float64 parts, real first).
 * ``__cuda_array_interface__`` v3: produced for arrays on a CUDA device (the attribute does not
   exist on CPU arrays, so libraries probing for it fall back to DLPack), consumed by
   :func:`ignis.asarray`.
@@ -33,7 +34,7 @@ __all__ = ["to_dlpack", "from_dlpack", "cuda_array_interface", "import_foreign"]
 # --- DLPack structures (dlpack.h) --------------------------------------------------------------
 
 _KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST, _KDL_CUDA_MANAGED = 1, 2, 3, 13
-_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_BOOL = 0, 1, 2, 4, 6
+_KDL_INT, _KDL_UINT, _KDL_FLOAT, _KDL_BFLOAT, _KDL_COMPLEX, _KDL_BOOL = 0, 1, 2, 4, 5, 6
 _FLAG_READ_ONLY = 1
 _FLAG_IS_COPIED = 2
 _DLPACK_VERSION = (1, 0)
@@ -134,7 +135,7 @@ def _dl_dtype(dtype: dt.DType) -> tuple[int, int]:
         return _KDL_BOOL, 8
     if dtype is dt.bfloat16:
         return _KDL_BFLOAT, 16
-    code = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT}[dtype.kind]
+    code = {"i": _KDL_INT, "u": _KDL_UINT, "f": _KDL_FLOAT, "c": _KDL_COMPLEX}[dtype.kind]
     return code, dtype.bits
 
 
@@ -151,12 +152,14 @@ def _from_dl_dtype(code: int, bits: int, lanes: int) -> dt.DType:
         (_KDL_FLOAT, 32): dt.float32,
         (_KDL_FLOAT, 64): dt.float64,
         (_KDL_BFLOAT, 16): dt.bfloat16,
+        (_KDL_COMPLEX, 64): dt.complex64,
+        (_KDL_COMPLEX, 128): dt.complex128,
     }
     found = table.get((code, bits))
     if found is None:
         raise DTypeError(
             f"from_dlpack: unsupported DLPack dtype (code {code}, {bits} bits); ignis supports "
-            + ", ".join(d.name for d in dt.all_dtypes)
+            + ", ".join(d.name for d in dt.every_dtype)
         )
     return found
 

@@ -433,7 +433,7 @@ def linspace(
         if hasattr(v, "item") and not isinstance(v, NvArray):
             v = v.item()
         if isinstance(v, complex):
-            raise DTypeError(f"{op}: complex {name} values are not supported, got {v!r}")
+            return _complex_linspace(start, stop, num, dtype, device, endpoint)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise TypeError(f"{op}: {name} must be an int or a float, got {v!r}")
         bounds.append(float(v))
@@ -443,6 +443,8 @@ def linspace(
     d = dt.default_float if dtype is None else dt.as_dtype(dtype, op)
     if d is dt.bool_:
         raise DTypeError(f"{op}: dtype must be numeric, got bool")
+    if d.kind == "c":
+        return _complex_linspace(start, stop, num, d, device, endpoint)
     lo, hi = bounds
     div = num - 1 if endpoint else num
     step = (hi - lo) / div if div > 0 else 0.0
@@ -453,6 +455,30 @@ def linspace(
         if endpoint and num > 1:
             out._backend.fill(out[num - 1 :], hi)
     return out if work is d else out.astype(d)
+
+
+def _complex_linspace(
+    start: Any, stop: Any, num: int, dtype: Any, device: Any, endpoint: bool
+) -> NvArray:
+    """:func:`linspace` of complex bounds or dtype: the real and the imaginary parts are each
+    spaced as real values (the standard's rule), in the parts' dtype, then joined."""
+    d = dt.default_complex if dtype is None else dt.as_dtype(dtype, "linspace")
+    if d.kind != "c":
+        raise DTypeError(
+            f"linspace: complex start or stop needs a complex dtype, got dtype {d.name}"
+        )
+    parts = []
+    for name, v in (("start", start), ("stop", stop)):
+        if hasattr(v, "item") and not isinstance(v, NvArray):
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float, complex)):
+            raise TypeError(f"linspace: {name} must be an int, a float or a complex, got {v!r}")
+        parts.append(complex(v))
+    real = dt.real_of(d)
+    kw = {"dtype": real, "device": device, "endpoint": endpoint}
+    re = linspace(parts[0].real, parts[1].real, num, **kw)
+    im = linspace(parts[0].imag, parts[1].imag, num, **kw)
+    return _ops.add(re.astype(d), _ops.multiply(im.astype(d), 1j))
 
 
 def meshgrid(*arrays: NvArray, indexing: str = "xy") -> list[NvArray]:

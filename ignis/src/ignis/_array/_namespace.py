@@ -7,6 +7,8 @@ the reductions, so that they agree everywhere):
 * the default floating dtype is **float32** (as PyTorch; the GPU's native width): Python
   floats, ``zeros``, ``arange(0.5, 2)``, ``linspace`` and ``mean`` of nothing else give it;
   NumPy arrays and scalars keep their own dtype;
+* the default complex floating dtype is **complex64**, the complex dtype of the default float
+  (``asarray(1j)`` gives it, as ``asarray(1.0)`` gives float32);
 * the default integer and index dtypes are int64 (as NumPy and PyTorch);
 * devices are ``"cpu"`` and ``"cuda:N"``; the default is :func:`ignis.get_default_device`.
 
@@ -62,8 +64,8 @@ _KINDS = {
     "unsigned integer": ("u",),
     "integral": ("i", "u"),
     "real floating": ("f",),
-    "complex floating": (),
-    "numeric": ("i", "u", "f"),
+    "complex floating": ("c",),
+    "numeric": ("i", "u", "f", "c"),
 }
 
 
@@ -112,8 +114,15 @@ def _dtype_of(type: Any, op: str) -> dt.DType:  # noqa: A002 (the standard's par
 
 def finfo(type: Any, /) -> finfo_object:  # noqa: A002
     """Limits of a floating dtype (or of an array's): ``bits``, ``eps``, ``max``, ``min``,
-    ``smallest_normal``, ``dtype``. Example: ``ignis.finfo("bfloat16").bits == 16``."""
+    ``smallest_normal``, ``dtype``. A complex dtype gives its parts' limits, with ``dtype`` the
+    real dtype of the parts (the standard's rule): ``finfo(complex64)`` is float32's values
+    with ``bits == 32`` and ``dtype == float32``.
+
+    Example: ``ignis.finfo("bfloat16").bits == 16``.
+    """
     d = _dtype_of(type, "finfo")
+    if d.kind == "c":
+        d = dt.real_of(d)
     if d.kind != "f":
         raise DTypeError(f"finfo: needs a floating dtype, got {d.name}; use iinfo for integers")
     import ml_dtypes
@@ -177,7 +186,7 @@ class ArrayNamespaceInfo:
             as_device(device)
         return {
             "real floating": dt.default_float,
-            "complex floating": None,
+            "complex floating": dt.default_complex,
             "integral": dt.default_int,
             "indexing": dt.default_int,
         }
@@ -189,7 +198,7 @@ class ArrayNamespaceInfo:
             as_device(device)
         return {
             d.name: d
-            for d in dt.all_dtypes
+            for d in dt.every_dtype
             if d not in _OUTSIDE_STANDARD and (kind is None or isdtype(d, kind))
         }
 

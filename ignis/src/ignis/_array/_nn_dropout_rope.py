@@ -6,8 +6,10 @@ element ``i`` is kept when the float32 uniform value that ``ignis.random`` would
 ``i`` of the stream ``(seed, offset)`` is ``>= p``, so ``mask == (Generator(seed) positioned at
 offset).rand(x.shape) >= p`` exactly, on every device. A call uses ``ceil(numel / 4)`` Philox
 blocks; without an explicit ``(seed, offset)`` it takes them from a generator (the default one
-unless given), advancing it as ``rand`` would. The mask is returned (one bool per element), so the
-backward pass is one multiply.
+unless given), advancing it as ``rand`` would. Inside a CUDA graph capture that records its
+draws (:class:`ignis.random.GraphDraws`, used by ``ignis_autograd.capture_step``) the kernel
+reads the seed and offset from device memory instead, so that each replay draws a new mask.
+The mask is returned (one bool per element), so the backward pass is one multiply.
 
 RoPE rotates pairs of the last axis of ``x (..., seq, head_dim)`` by ``position * base **
 (-2i / head_dim)``; cos/sin are computed in the kernel (float32; float64 for float64 input), no
@@ -89,6 +91,17 @@ def dropout(
     n = x.numel
     if seed is None:
         gen = generator if generator is not None else _random._default
+        cap = _random._capturing
+        if cap is not None and cap._covers(x._device):
+            # Inside a graph capture: the kernel reads (seed, offset) from device memory.
+            state, rel = cap._take(gen, n)
+            y = _creation._new(x._shape, x._dtype, x._device)
+            mask = _creation._new(x._shape, dt.bool_, x._device)
+            if n:
+                x._backend.kernels.dropout_from_state(
+                    y, mask, x.contiguous(), keep_threshold(prob), _scale(prob), state, rel
+                )
+            return y, mask
         s, start = gen.seed, gen._take(n)
     else:
         if generator is not None:

@@ -34,6 +34,13 @@ Dtype rules (NumPy 2's; :mod:`ignis._dtypes` promotes, Python scalars are weak):
 * ``true_divide``: the promoted dtype if floating, else float64 (``int / int -> float64``).
 * ``comparison``: bool out, computed in the promoted dtype.
 
+Complex operands (``complex`` field): ``""`` (the default) refuses complex64/complex128 with a
+DTypeError naming the op (the ops the Array API defines for real dtypes only: ordering
+comparisons, rounding to integers, ``maximum``, ``atan2``, ...); ``"complex"``: complex operands
+give a complex result (or bool for comparisons and predicates), computed as NumPy computes it on
+the CPU and with the C99 Annex G special cases on CUDA; ``"real"``: a complex operand gives the
+real dtype of its parts (``abs``, ``real``, ``imag``).
+
 Derivatives: ``grad(g, need, *saved)`` returns one gradient (an NvArray of the input's shape, or
 None) per input; ``g`` is the output's gradient and ``need[i]`` says whether input ``i`` wants
 one. ``saved`` holds what ``saves`` names, in that order, then the values of ``params``:
@@ -58,7 +65,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -73,12 +80,14 @@ __all__ = [
     "unbroadcast",
     "UNARY_RULES",
     "BINARY_RULES",
+    "COMPLEX_RULES",
 ]
 
 UNARY_RULES = ("float", "numeric", "any", "integer", "predicate")
 BINARY_RULES = (
     "float", "arithmetic", "arithmetic_no_bool", "true_divide", "comparison", "integer", "shift"
 )
+COMPLEX_RULES = ("", "complex", "real")
 _SAVES = {
     1: ("x", "out"),
     2: ("a", "b", "out", "sa", "sb", "a_if_b", "b_if_a", "out_if_b"),
@@ -113,6 +122,10 @@ class ElementwiseOp:
         aliases: further names of the function (NumPy's: ``arccos`` for ``acos``).
         half: float16/bfloat16 are computed in float32 and rounded (False: refused, where
             that would give a wrong answer, as for ``nextafter``).
+        complex: what a complex operand gives (module notes): ``""`` refused, ``"complex"``,
+            ``"real"``.
+        numpy_complex: the CPU reference for complex operands where ``numpy``'s special
+            cases differ from the standard's (None: ``numpy`` serves complex operands too).
     """
 
     name: str
@@ -131,11 +144,17 @@ class ElementwiseOp:
     torch: str | None = None
     aliases: tuple[str, ...] = ()
     half: bool = True
+    complex: str = ""
+    numpy_complex: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         rules = UNARY_RULES if self.arity == 1 else BINARY_RULES
         if self.dtypes not in rules:
             raise ValueError(f"op {self.name}: dtype rule {self.dtypes!r} is not one of {rules}")
+        if self.complex not in COMPLEX_RULES:
+            raise ValueError(
+                f"op {self.name}: complex rule {self.complex!r} is not one of {COMPLEX_RULES}"
+            )
         unknown = set(self.saves) - set(_SAVES[self.arity])
         if unknown:
             raise ValueError(
@@ -223,6 +242,11 @@ def _rsqrt(x: np.ndarray) -> np.ndarray:
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
     return x.dtype.type(1) / x
+
+
+def _imag(x: np.ndarray) -> np.ndarray:
+    """The imaginary part; zeros for real dtypes (a new array: NumPy's is a read-only 0)."""
+    return np.imag(x) if x.dtype.kind == "c" else np.zeros_like(x)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -618,13 +642,13 @@ _OPS = (
                   lambda g, need, out: (-(g * (out * out)),), ("out",), sample=(0.5, 3.0)),
     ElementwiseOp("positive", 1, "numeric", np.positive, "op_positive", "``+x`` (a copy).",
                   lambda g, need: (g,), (), fresh=False, operators=("__pos__",)),
-    ElementwiseOp("conj", 1, "numeric", np.conj, "op_positive",
+    ElementwiseOp("conj", 1, "numeric", np.conj, "op_conj",
                   "The complex conjugate; a copy for real dtypes.",
                   lambda g, need: (g,), (), fresh=False, aliases=("conjugate",)),
-    ElementwiseOp("real", 1, "numeric", np.real, "op_positive",
+    ElementwiseOp("real", 1, "numeric", np.real, "op_real",
                   "The real part; a copy for real dtypes.",
                   lambda g, need: (g,), (), fresh=False),
-    ElementwiseOp("imag", 1, "numeric", lambda x: np.zeros_like(np.imag(x)), "op_zero",
+    ElementwiseOp("imag", 1, "numeric", _imag, "op_imag",
                   "The imaginary part; zeros for real dtypes.", _zero, (),
                   torch=""),  # torch.imag refuses real tensors
     # rounding and sign (integers come back as they are)
@@ -638,7 +662,8 @@ _OPS = (
                   "``x`` rounded to the nearest integer, halves to even (same dtype).",
                   _zero, (), sample=(0.1, 0.4)),
     ElementwiseOp("sign", 1, "numeric", np.sign, "op_sign",
-                  "-1, 0 or 1 by the sign of ``x`` (NaN stays NaN; same dtype).",
+                  "-1, 0 or 1 by the sign of ``x`` (NaN stays NaN; same dtype); ``x / |x|`` "
+                  "for complex ``x`` (0 at 0).",
                   _zero, (), sample=(0.5, 3.0)),
     # predicates (bool out)
     ElementwiseOp("isnan", 1, "predicate", np.isnan, "op_isnan", "Where ``x`` is NaN."),
@@ -670,6 +695,33 @@ _OPS = (
                   _silu, ("x",), torch="nn.functional.silu"),
     ElementwiseOp("erf", 1, "float", _erf, "op_erf", "The error function.",
                   lambda g, need, x: (g * _ops.exp(x * x * -1.0) * _TWO_OVER_SQRT_PI,), ("x",)),
+)
+
+# The ops the Array API defines for complex operands, and what they give (the ``complex``
+# field; module notes). Listed here rather than in each entry: one place says which part of
+# the table takes complex numbers.
+_COMPLEX = {
+    **dict.fromkeys(
+        (
+            "add", "subtract", "multiply", "divide", "power", "equal", "not_equal",
+            "negative", "positive", "square", "reciprocal", "conj", "sign", "round",
+            "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt",
+            "sin", "cos", "tan", "asin", "acos", "atan",
+            "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+            "isnan", "isinf", "isfinite",
+        ),
+        "complex",
+    ),
+    "abs": "real",
+    "real": "real",
+    "imag": "real",
+}
+# NumPy's complex expm1 and tanh miss some of the standard's special cases (_cpu_math fixes
+# them; real operands keep NumPy's function, with no call in between).
+_NUMPY_COMPLEX = {"expm1": _cpu_math.complex_expm1, "tanh": _cpu_math.complex_tanh}
+_OPS = tuple(
+    replace(op, complex=_COMPLEX.get(op.name, ""), numpy_complex=_NUMPY_COMPLEX.get(op.name))
+    for op in _OPS
 )
 
 #: name -> op, in declaration order.

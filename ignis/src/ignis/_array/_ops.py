@@ -64,13 +64,15 @@ def _operand(x: Any, op: str) -> Any:
     if isinstance(x, NvArray):
         return x
     t = type(x)
-    if t is bool or t is int or t is float:
+    if t is bool or t is int or t is float or t is complex:
         return x
     if isinstance(x, (np.generic, np.ndarray)) and np.ndim(x) == 0:
         d = dt.as_dtype(x.dtype, op)
         value = np.asarray(x).item()
         if d.kind == "f":
             value = float(value)
+        elif d.kind == "c":
+            value = complex(value)
         return _Scalar(value, d)
     if isinstance(x, bool):
         return bool(x)
@@ -79,7 +81,7 @@ def _operand(x: Any, op: str) -> Any:
     if isinstance(x, float):
         return float(x)
     if isinstance(x, complex):
-        raise DTypeError(f"{op}: complex values are not supported (got {x!r})")
+        return complex(x)
     if isinstance(x, np.ndarray):
         raise TypeError(
             f"{op}: NumPy arrays are not converted implicitly; wrap with "
@@ -553,10 +555,14 @@ def clip(x: NvArray, min: Any = None, max: Any = None) -> NvArray:  # noqa: A002
     NaN stays NaN. The result has ``x``'s dtype (the Array API's rule)."""
     x = _require_array(x, "clip")
     out = x
-    if min is not None:
-        out = _binary("maximum", out, min)
-    if max is not None:
-        out = _binary("minimum", out, max)
+    try:
+        if min is not None:
+            out = _binary("maximum", out, min)
+        if max is not None:
+            out = _binary("minimum", out, max)
+    except DTypeError as exc:
+        # (the rule of maximum/minimum refused the operands; the error names clip)
+        raise DTypeError(f"clip: {str(exc).partition(': ')[2]}") from None
     return out if out is not x else x.clone()
 
 
@@ -869,6 +875,11 @@ def _fill_value(value: Any, dtype: dt.DType, op: str) -> Any:
     if isinstance(v, NvArray):  # pragma: no cover - handled above
         raise TypeError(f"{op}: expected a scalar")
     v = _value(v)
+    if v.__class__ is complex and dtype.kind != "c":
+        raise DTypeError(
+            f"{op}: cannot store the complex value {v!r} in a {dtype.name} array; "
+            "expected a real value or a complex dtype"
+        )
     dt.check_scalar_fits(v, dtype, op)
     return v
 
@@ -888,7 +899,7 @@ def _copy_into(dst: NvArray, src: Any, op: str) -> NvArray:
             return dst
         dst._backend.copy(dst, _unalias(src_b, dst, allow_identical=True))
         return dst
-    if isinstance(src, (bool, int, float, np.generic)) or (
+    if isinstance(src, (bool, int, float, complex, np.generic)) or (
         isinstance(src, np.ndarray) and src.ndim == 0
     ):
         return _fill(dst, src, op)
@@ -896,7 +907,7 @@ def _copy_into(dst: NvArray, src: Any, op: str) -> NvArray:
         host = np.asarray(src)
     except (ValueError, TypeError) as exc:
         raise ShapeError(f"{op}: cannot convert {type(src).__name__} to an array ({exc})") from None
-    if host.dtype.kind not in "biuf" and host.dtype != dt.bfloat16.numpy:
+    if host.dtype.kind not in "biufc" and host.dtype != dt.bfloat16.numpy:
         raise DTypeError(f"{op}: cannot copy values of NumPy dtype {host.dtype}")
     try:
         host = np.broadcast_to(host, dst._shape)

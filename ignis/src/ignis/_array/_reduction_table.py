@@ -110,6 +110,8 @@ class ReductionOp:
         ddof: the op takes ``ddof`` and ``correction`` (var, std).
         dtype: the op takes ``dtype`` (sum, prod).
         log: a ``softmax`` kind's log form.
+        complex: the op takes complex64/complex128 input (the Array API's sum, prod, mean,
+            all, any); the others refuse it with a DTypeError naming the op.
     """
 
     name: str
@@ -125,6 +127,7 @@ class ReductionOp:
     ddof: bool = False
     dtype: bool = False
     log: bool = False
+    complex: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -259,7 +262,7 @@ _OPS = (
         "float16/bfloat16 accumulate in float32.\n"
         "Example: ``ignis.sum(x, axis=(0, -1), keepdims=True)``.",
         _sum, lambda x, out, axes, keep, ddof: (x.shape, keep), fresh=False,
-        result="sum", cuda=CudaReduce("SumOp"), dtype=True,
+        result="sum", cuda=CudaReduce("SumOp"), dtype=True, complex=True,
     ),
     ReductionOp(
         "prod", "reduce", _np_reduce(np.prod),
@@ -267,13 +270,13 @@ _OPS = (
         "bool/integers multiply in int64 (uint64 for unsigned, wrapping around); ``dtype=`` "
         "chooses. The gradient divides the product by each element (not defined at zeros).",
         _prod, lambda x, out, axes, keep, ddof: (x, out.reshape(keep)),
-        result="sum", cuda=CudaReduce("ProdOp"), dtype=True,
+        result="sum", cuda=CudaReduce("ProdOp"), dtype=True, complex=True,
     ),
     ReductionOp(
         "mean", "reduce", _np_mean,
         "Arithmetic mean over ``axis`` (integers give float64; an empty selection gives NaN).",
         _mean, lambda x, out, axes, keep, ddof: (x.shape, keep, _count(x, out)), fresh=False,
-        result="float", cuda=CudaReduce("SumOp", finish="count"),
+        result="float", cuda=CudaReduce("SumOp", finish="count"), complex=True,
     ),
     ReductionOp(
         "max", "reduce", _np_reduce(np.max),
@@ -312,12 +315,12 @@ _OPS = (
     ReductionOp(
         "all", "reduce", _np_reduce(np.all),
         "Whether every element over ``axis`` is nonzero (NaN counts as true); of nothing, True.",
-        result="bool", cuda=CudaReduce("AllOp", on="work"),
+        result="bool", cuda=CudaReduce("AllOp", on="work"), complex=True,
     ),
     ReductionOp(
         "any", "reduce", _np_reduce(np.any),
         "Whether some element over ``axis`` is nonzero (NaN counts as true); of nothing, False.",
-        result="bool", cuda=CudaReduce("AnyOp", on="work"),
+        result="bool", cuda=CudaReduce("AnyOp", on="work"), complex=True,
     ),
     ReductionOp(
         "argmax", "arg", lambda x, axis, keepdims, ddof: np.argmax(x, axis=axis, keepdims=keepdims),

@@ -15,6 +15,10 @@ are named in the op table (:mod:`ignis._array._op_table`, which lists them) and 
   float32 and round once.
 * ``matmul``: numeric operands; the promoted dtype; float16/bfloat16 accumulate in float32;
   integers are exact (wrapping around as NumPy's).
+* complex operands: the op table's ``complex`` field says which element-wise ops take them
+  (the others raise a DTypeError naming the op); floating rules keep a complex dtype;
+  ``abs``/``real``/``imag`` give the parts' real dtype. Of the reductions, those whose table
+  entry has ``complex=True`` take them (``sum``, ``prod``, ``mean``, ``all``, ``any``).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ COMPARISON_OPS = tuple(n for n, rule in BINARY_OPS.items() if rule == "compariso
 # Ops that refuse float16/bfloat16 (computing them in float32 would give a wrong answer).
 _NO_HALF = frozenset(n for n, op in ELEMENTWISE.items() if not op.half)
 _HALF_TYPES = (dt.float16, dt.bfloat16)
+# What each op gives for complex operands ("" refuses them; see the op table).
+_COMPLEX_RULE: dict[str, str] = {n: op.complex for n, op in ELEMENTWISE.items()}
 
 # The reductions come from the reduction table.
 REDUCE_OPS = tuple(n for n, op in REDUCTIONS.items() if op.kind == "reduce")
@@ -68,8 +74,9 @@ ARG_REDUCE_OPS = tuple(n for n, op in REDUCTIONS.items() if op.kind == "arg")
 
 
 def float_result(dtype: dt.DType) -> dt.DType:
-    """The dtype a floating function of ``dtype`` returns (NumPy's ufunc loop choice)."""
-    if dtype.kind == "f":
+    """The dtype a floating function of ``dtype`` returns (NumPy's ufunc loop choice);
+    complex dtypes are kept."""
+    if dtype.kind in "fc":
         return dtype
     if dtype.itemsize == 1:  # bool, int8, uint8 fit float16 exactly
         return dt.float16
@@ -134,6 +141,8 @@ def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
     rule = UNARY_OPS.get(op)
     if rule is None:
         raise ValueError(f"unknown unary op {op!r}")
+    if dtype.kind == "c":
+        return _complex_unary(op, rule, shape, dtype)
     if rule == "float":
         out = float_result(dtype)
         if op in _NO_HALF and out in _HALF_TYPES:
@@ -145,6 +154,25 @@ def unary(op: str, shape: Shape, dtype: dt.DType) -> Elementwise:
         raise DTypeError(f"{op}: not supported for bool arrays; cast with astype() first")
     if rule == "integer" and dtype.kind not in "biu":
         raise DTypeError(f"{op}: needs an integer or bool array, got {dtype.name}")
+    return Elementwise(shape, dtype, dtype)
+
+
+def _refuse_complex(op: str, given: str) -> DTypeError:
+    return DTypeError(
+        f"{op}: not defined for complex dtypes (got {given}); expected real operands "
+        "(take real(), imag() or abs() first)"
+    )
+
+
+def _complex_unary(op: str, rule: str, shape: Shape, dtype: dt.DType) -> Elementwise:
+    """The rule of a unary op on a complex operand (its ``complex`` entry in the op table)."""
+    mode = _COMPLEX_RULE[op]
+    if not mode:
+        raise _refuse_complex(op, dtype.name)
+    if rule == "predicate":
+        return Elementwise(shape, dt.bool_, dtype)
+    if mode == "real":
+        return Elementwise(shape, dt.real_of(dtype), dtype)
     return Elementwise(shape, dtype, dtype)
 
 
@@ -180,6 +208,11 @@ def _binary_rule(op: str, a: Any, b: Any, label: str) -> Elementwise:
     if rule is None:
         raise ValueError(f"unknown binary op {op!r}")
     compute = dt.result_type(a, b, op=label)
+    if compute.kind == "c":
+        if not _COMPLEX_RULE[op]:
+            raise _refuse_complex(label, compute.name)
+        shape = _layout.broadcast_shapes(_shape_of(a), _shape_of(b), op=label)
+        return Elementwise(shape, dt.bool_ if rule == "comparison" else compute, compute)
     if rule == "comparison" and compute.kind in "iu":
         # A Python int outside the array's range still compares exactly (as NumPy 2): in a
         # dtype that holds both.
@@ -284,6 +317,8 @@ def reduction(
     entry = REDUCTIONS.get(op)
     if entry is None or entry.kind != "reduce":
         raise ValueError(f"unknown reduction {op!r}")
+    if dtype.kind == "c" and not entry.complex:
+        raise _refuse_complex(op, dtype.name)
     axes = normalize_axes(axis, len(shape), op)
     if not entry.empty:
         for a in axes:
@@ -297,6 +332,11 @@ def reduction(
         if not entry.dtype:
             raise TypeError(f"{op}: takes no dtype argument")
         out = dt.as_dtype(out_dtype, op)
+        if dtype.kind == "c" and out.kind != "c":
+            raise DTypeError(
+                f"{op}: cannot accumulate a {dtype.name} array in {out.name}; expected a "
+                "complex dtype"
+            )
     elif rule == "sum":
         out = (dt.uint64 if dtype.kind == "u" else dt.int64) if dtype.kind in "biu" else dtype
     elif rule == "float":
@@ -327,6 +367,8 @@ def arg_reduction(
     """Rule of ``argmax``/``argmin``: ``axis`` None (flat index) or one int; int64 result."""
     if op not in ARG_REDUCE_OPS:
         raise ValueError(f"unknown arg reduction {op!r}")
+    if dtype.kind == "c":
+        raise _refuse_complex(op, dtype.name)
     if isinstance(axis, (tuple, list)):
         raise ShapeError(f"{op}: axis must be None or an int, got {axis!r}")
     axes = normalize_axes(axis, len(shape), op)
@@ -340,6 +382,8 @@ def softmax(op: str, shape: Shape, dtype: dt.DType, axis: Any) -> tuple[int, dt.
     """Rule of ``softmax``/``log_softmax``: one axis; floating output (see module notes)."""
     if len(shape) == 0:
         raise ShapeError(f"{op}: needs an array of at least 1 dimension, got shape ()")
+    if dtype.kind == "c":
+        raise _refuse_complex(op, dtype.name)
     return normalize_axis(axis, len(shape), op), float_result(dtype)
 
 

@@ -262,6 +262,8 @@ class NvArray:
         value = self.to_host().reshape(-1)[0]
         if self._dtype.kind == "f":
             return float(value)
+        if self._dtype.kind == "c":
+            return complex(value)
         if self._dtype.kind == "b":
             return bool(value)
         return int(value)

@@ -20,7 +20,14 @@ operands of :func:`solve` promote). float16 and bfloat16 are refused with a
 :class:`~ignis.DTypeError`, as PyTorch refuses low-precision dtypes for factorizations; the
 compositions take them and compute in float32, rounding each result once (norms) or as the
 element-wise ops do (cross, outer, trace). Integer and bool inputs are refused where the
-standard asks for floating point; complex dtypes are not supported yet.
+standard asks for floating point.
+
+Complex matrices (complex64, complex128): the compositions take them on every backend (norms
+of complex input are real, of the parts' dtype); the factorizations take them on the CPU
+(``numpy.linalg``), with the standard's real results where it has them (``eigh``'s eigenvalues,
+singular values, ``slogdet``'s ``logabsdet``) and conjugate transposes where the real case has
+transposes (``cholesky(upper=True)`` gives ``U`` with ``x = U^H U``, ``pinv``); on a GPU they
+raise a DTypeError (cuSOLVER's complex routines are not wired in).
 
 Errors: a matrix that cannot be factored (singular in :func:`inv` / :func:`solve`, not
 positive-definite in :func:`cholesky`, no convergence in :func:`eigh` / :func:`svd`) raises
@@ -165,14 +172,21 @@ def _array(x: Any, op: str) -> NvArray:
 
 
 def _not_floating(x: NvArray, op: str, wanted: str) -> DTypeError:
-    kind = "complex dtypes are not supported yet" if x.dtype.kind == "c" else "got"
-    return DTypeError(f"linalg.{op}: expected {wanted}, {kind} {x.dtype.name}")
+    return DTypeError(f"linalg.{op}: expected {wanted}, got {x.dtype.name}")
 
 
 def _factor_dtype(x: NvArray, op: str) -> NvArray:
-    """``x`` when float32/float64; a DTypeError naming ``op`` otherwise."""
+    """``x`` when float32/float64 (or complex64/complex128 on the CPU); a DTypeError naming
+    ``op`` otherwise."""
     d = x._dtype
     if d is dt.float32 or d is dt.float64:
+        return x
+    if d.kind == "c":
+        if x._device.type != "cpu":
+            raise DTypeError(
+                f"linalg.{op}: complex matrices ({d.name}) are supported on the CPU only, got "
+                f"an array on {x.device}; move it with .to('cpu') or use float32/float64"
+            )
         return x
     if d in _HALF:
         raise DTypeError(
@@ -183,14 +197,26 @@ def _factor_dtype(x: NvArray, op: str) -> NvArray:
 
 
 def _floating(x: NvArray, op: str) -> NvArray:
-    """``x`` when floating (16-bit types included); a DTypeError naming ``op`` otherwise."""
-    if x._dtype.kind != "f":
+    """``x`` when floating (16-bit and complex types included); a DTypeError naming ``op``
+    otherwise."""
+    if x._dtype.kind not in "fc":
         raise _not_floating(x, op, "a floating-point array")
     return x
 
 
+def _real(d: dt.DType) -> dt.DType:
+    """The dtype of a real result (eigenvalues, singular values, norms) of ``d`` matrices."""
+    return dt.real_of(d)
+
+
+def _conj_mT(x: NvArray) -> NvArray:
+    """The conjugate transpose of each matrix (the transpose for real dtypes)."""
+    t = x.swapaxes(-1, -2)
+    return _ops.conj(t) if x._dtype.kind == "c" else t
+
+
 def _numeric(x: NvArray, op: str) -> NvArray:
-    if x._dtype.kind not in "iuf":
+    if x._dtype.kind not in "iufc":
         raise DTypeError(f"linalg.{op}: expected a numeric array, got {x.dtype.name}")
     return x
 
@@ -390,6 +416,8 @@ def vector_norm(x: NvArray, /, *, axis: Any = None, keepdims: bool = False,
     computed in float32 and rounded once). Example: ``ignis.linalg.vector_norm(x, axis=-1)``.
     """
     x = _floating(_array(x, "vector_norm"), "vector_norm")
+    if x._dtype.kind == "c":  # every norm of complex x is that norm of |x| (real)
+        x = _ops.abs(x)
     p = _norm_ord(ord, "vector_norm")
     keepdims = _bool(keepdims, "vector_norm", "keepdims")
     w = _work_dtype(x)
@@ -447,6 +475,8 @@ def matrix_norm(x: NvArray, /, *, keepdims: bool = False, ord: Any = "fro") -> N
                 )
             out = _ops.max(s, axis=-1) if p == 2 else _ops.min(s, axis=-1)
         return out.reshape(shape)
+    if x._dtype.kind == "c":  # the element-wise norms of complex x are those of |x| (real)
+        x = _ops.abs(x)
     w = _work_dtype(x)
     try:
         if p == "fro":
@@ -587,13 +617,13 @@ def _determinants(x: Any, op: str, det: bool) -> tuple[NvArray, ...]:
         one = _new(batch, x._dtype, x)
         if one.numel:
             one._backend.fill(one, 1)
-        return (one,) if det else (one, _zeros(batch, x._dtype, x))
+        return (one,) if det else (one, _zeros(batch, _real(x._dtype), x))
     x3 = _stack(x)
     first = _new(x3._shape[:1], x._dtype, x)
     if det:
         x._backend.kernels.linalg_slogdet(None, None, first, x3)
         return (first.reshape(batch),)
-    logabs = _new(x3._shape[:1], x._dtype, x)
+    logabs = _new(x3._shape[:1], _real(x._dtype), x)
     x._backend.kernels.linalg_slogdet(first, logabs, None, x3)
     return first.reshape(batch), logabs.reshape(batch)
 
@@ -637,10 +667,11 @@ def _eigh(x: NvArray, op: str, vectors: bool) -> tuple[NvArray, NvArray | None]:
     x = _factor_dtype(_matrices(x, op, square=True), op)
     batch, n = x._shape[:-2], x._shape[-1]
     if x.numel == 0:
-        return _new(batch + (n,), x._dtype, x), (_new(x._shape, x._dtype, x) if vectors else None)
+        return (_new(batch + (n,), _real(x._dtype), x),
+                _new(x._shape, x._dtype, x) if vectors else None)
     x3 = _stack(x)
     b = x3._shape[0]
-    w = _new((b, n), x._dtype, x)
+    w = _new((b, n), _real(x._dtype), x)
     v = _new((b, n, n), x._dtype, x) if vectors else None
     info = _new((b,), dt.int32, x)
     x._backend.kernels.linalg_eigh(w, v, info, x3)
@@ -669,7 +700,7 @@ def _svd(x: NvArray, op: str, vectors: bool, full: bool) -> tuple[Any, NvArray, 
     k = min(m, n)
     mu, nv = (m, n) if full else (k, k)
     if k == 0 or _layout.numel(batch) == 0:
-        s = _new(batch + (k,), x._dtype, x)
+        s = _new(batch + (k,), _real(x._dtype), x)
         if not vectors:
             return None, s, None
         u = _identity(batch, m, x._dtype, x) if mu == m and m else _zeros(
@@ -679,7 +710,7 @@ def _svd(x: NvArray, op: str, vectors: bool, full: bool) -> tuple[Any, NvArray, 
         return u, s, vh
     x3 = _stack(x)
     b = x3._shape[0]
-    s = _new((b, k), x._dtype, x)
+    s = _new((b, k), _real(x._dtype), x)
     u = _new((b, m, mu), x._dtype, x) if vectors else None
     vh = _new((b, nv, n), x._dtype, x) if vectors else None
     info = _new((b,), dt.int32, x)
@@ -713,7 +744,7 @@ def _tolerance(x: NvArray, s: NvArray, rtol: Any, op: str) -> Any:
     """``rtol * max(s)`` per matrix, shaped ``(..., 1)`` to compare with ``s``; ``rtol``
     defaults to ``max(M, N) * eps``."""
     if rtol is None:
-        rtol = max(x._shape[-2:]) * float(np.finfo(x._dtype.numpy).eps)
+        rtol = max(x._shape[-2:]) * float(np.finfo(_real(x._dtype).numpy).eps)
     if isinstance(rtol, NvArray):
         if rtol._dtype.kind != "f":
             raise DTypeError(f"linalg.{op}: rtol must be floating, got {rtol.dtype.name}")
@@ -748,4 +779,4 @@ def pinv(x: NvArray, /, *, rtol: Any = None) -> NvArray:
     u, s, vh = _svd(x, "pinv", True, False)
     keep = _ops.greater(s, _tolerance(x, s, rtol, "pinv"))
     s_inv = _ops.where(keep, _ops.divide(1.0, s), 0.0)
-    return _ops.matmul(_ops.multiply(_mT(vh), s_inv.unsqueeze(-2)), _mT(u))
+    return _ops.matmul(_ops.multiply(_conj_mT(vh), s_inv.unsqueeze(-2)), _conj_mT(u))

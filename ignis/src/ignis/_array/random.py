@@ -36,12 +36,34 @@ Random123 reference constants) maps a 128-bit counter ``(c0, c1, c2, c3)`` and a
 * ``integers`` (``randint``) in ``[low, high)`` with ``r = high - low``: for ``r <= 2**32``,
   ``low + ((w * r) >> 32)`` (k = 1; Lemire's multiply-shift, bias below ``r / 2**32``); for
   larger ``r`` (int64 only) ``low + (((w0 << 32) | w1) mod r)`` (k = 2; bias below ``r / 2**64``).
+
+Random numbers in captured CUDA graphs (:class:`GraphDraws`)
+------------------------------------------------------------
+An eager call passes its stream ``(seed, offset)`` to the kernel as launch values; a CUDA graph
+would replay those values, and so the numbers drawn at capture, at every launch. Inside
+``GraphDraws.capturing()`` (``ignis_autograd.capture_step`` uses it) a call on the capture's
+device instead draws from a small device buffer ``state = (seed, base block)`` (two uint64, one
+per generator the graph uses, owned by the capture): its kernel gets a pointer to ``state`` and
+its offset counted from the base, ``rel``, the blocks the graph's earlier draws of that
+generator took. The capture sums those blocks, ``B``, per generator and does not move the
+generator (nothing runs at capture). :meth:`GraphDraws.advance`, called before each launch of
+the graph, queues on the current stream, per generator, a one-thread kernel writing the
+generator's current ``(seed, offset)`` into ``state``, then advances the host offset by ``B``.
+A replay therefore draws blocks ``offset + rel ..`` exactly as the eager step at that point
+would, and leaves the generator where that step would have (PyTorch's graph-safe Philox: a
+per-graph offset increment recorded at capture, added at each replay). The host keeps the
+truth, so eager calls, :meth:`Generator.set_state`, seeding and the CPU backend are unchanged
+and eager calls stay as cheap as before (one global read more); the device buffer is a per-graph
+snapshot written in stream order, so a replay queued behind an earlier one never changes what
+the earlier one reads. Launch every replay of a graph on one stream.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -52,6 +74,7 @@ from . import _layout
 
 __all__ = [
     "Generator",
+    "GraphDraws",
     "seed",
     "get_state",
     "set_state",
@@ -216,6 +239,12 @@ class Generator:
         n = out.numel
         k = words_per_element(kind, dtype, params)
         words = (-(-n // 2) * 2 * k) if kind == "normal" else n * k
+        cap = _capturing
+        if cap is not None and cap._covers(out._device):
+            state, rel = cap._take(self, words)
+            if n:
+                out._backend.kernels.random_from_state(kind, out, state, rel, params)
+            return out
         start = self._take(words)
         if n:
             out._backend.kernels.random(kind, out, self.seed, start, params)
@@ -264,6 +293,99 @@ class Generator:
             device,
             {"low": low, "high": high},
         )
+
+
+# The GraphDraws whose capture is in progress (None: every draw is eager). One at a time; only
+# draws from the capturing thread, on the capture's device, go to it.
+_capturing: GraphDraws | None = None
+_capturing_lock = threading.Lock()
+
+
+class _Slot:
+    """One generator's draws in a captured graph: its device ``state`` and the ``blocks`` taken."""
+
+    __slots__ = ("state", "blocks")
+
+    def __init__(self, state: Any):
+        self.state = state
+        self.blocks = 0
+
+
+class GraphDraws:
+    """The random draws of one captured CUDA graph, made new at each replay.
+
+    Draws on ``device`` inside :meth:`capturing` (from any :class:`Generator`) read their seed
+    and offset from device memory; call :meth:`advance` before each launch of the graph, on the
+    stream it is launched on. See the module notes. Example::
+
+        >>> draws = ignis.random.GraphDraws("cuda:0")
+        >>> with ignis.Graph.capture(s) as g, draws.capturing():
+        ...     y, mask = ignis.nn.dropout(x, 0.1)
+        >>> with s:
+        ...     for _ in range(3):
+        ...         draws.advance()       # writes (seed, offset); offset += ceil(x.numel / 4)
+        ...         g.launch(s)           # a new mask each launch
+    """
+
+    def __init__(self, device: Any):
+        from ._creation import resolve_device
+
+        self.device = resolve_device(device)
+        self._slots: dict[Generator, _Slot] = {}
+        self._thread: int | None = None
+
+    @contextmanager
+    def capturing(self) -> Iterator[GraphDraws]:
+        """Route this thread's draws on the device to device-resident state until the block ends."""
+        global _capturing
+        with _capturing_lock:
+            if _capturing is not None:
+                raise RuntimeError(
+                    "GraphDraws.capturing: another capture's draws are being recorded; "
+                    "capture one graph at a time"
+                )
+            self._thread = threading.get_ident()
+            _capturing = self
+        try:
+            yield self
+        finally:
+            with _capturing_lock:
+                _capturing = None
+                self._thread = None
+
+    def _covers(self, device: Any) -> bool:
+        return device == self.device and threading.get_ident() == self._thread
+
+    def _take(self, gen: Generator, words: int) -> tuple[Any, int]:
+        """``(state, rel)`` for a draw of ``words`` words from ``gen`` during the capture."""
+        slot = self._slots.get(gen)
+        if slot is None:
+            from ._creation import _new
+
+            # Allocated during the capture (from the capture's pool where one is active); not
+            # written here: a write now would be recorded into the graph. advance() writes it.
+            slot = self._slots[gen] = _Slot(_new((2,), dt.uint64, self.device))
+        with gen._lock:
+            rel = slot.blocks
+            slot.blocks += -(-words // 4)
+        return slot.state, rel
+
+    @property
+    def blocks(self) -> dict[Generator, int]:
+        """Philox blocks each generator gives one replay (what :meth:`advance` adds)."""
+        return {gen: slot.blocks for gen, slot in self._slots.items()}
+
+    def advance(self) -> None:
+        """Before a replay: write each generator's ``(seed, offset)`` into the graph's state (on
+        the current stream of the device) and advance its offset by the blocks one replay uses."""
+        for gen, slot in self._slots.items():
+            with gen._lock:
+                seed_, offset = gen.seed, gen.offset
+                gen.offset = offset + slot.blocks
+            slot.state._backend.kernels.random_store_state(slot.state, seed_, offset)
+
+    def __repr__(self) -> str:
+        return f"<ignis.random.GraphDraws on {self.device}: {len(self._slots)} generator(s)>"
 
 
 def _check_seed(value: Any) -> int:

@@ -35,6 +35,8 @@ _PAIRS = [
     (dt.bfloat16, "ignis::bfloat16"),
     (dt.float32, "float"),
     (dt.float64, "double"),
+    (dt.complex64, "ignis::complex64"),  # cuda_src/complex.cuh: float2 / double2 layouts
+    (dt.complex128, "ignis::complex128"),
 ]
 CTYPE: dict = {**{d: c for d, c in _PAIRS}, **{d.name: c for d, c in _PAIRS}}
 

@@ -111,13 +111,20 @@ def _float32_scalar(value: Any) -> float:
 def _scalar_conversion(d: dt.DType) -> Any:
     if d.kind == "b":
         return bool
+    if d.kind == "c":
+        # A complex W parameter is a struct: the packer takes the NumPy scalar's 8 or 16 bytes
+        # (re, im), the layout of ignis::complex64 / complex128.
+        return d.numpy.type
     if d.kind != "f":
         return int  # (the front end has checked that a Python int fits the dtype)
     return _float32_scalar if _WORK[d] == "float" else float
 
 
-_SCALAR = {d: _scalar_conversion(d) for d in dt.all_dtypes}
-_ZERO = {d: (False if d.kind == "b" else 0.0 if d.kind == "f" else 0) for d in dt.all_dtypes}
+_SCALAR = {d: _scalar_conversion(d) for d in dt.every_dtype}
+_ZERO = {
+    d: {"b": False, "f": 0.0}.get(d.kind, 0) if d.kind != "c" else d.numpy.type(0)
+    for d in dt.every_dtype
+}
 # The same tables keyed by dtype name: DType.__hash__ is a Python method, a str hashes for free.
 # Kernel cache keys hold names for the same reason.
 _SCALAR_N = {d.name: t for d, t in _SCALAR.items()}
@@ -141,7 +148,7 @@ _BINARY_FUNCTOR = {
     n: f"ignis::ew::{op.functor}" for n, op in ELEMENTWISE.items() if op.arity == 2
 }
 
-_SCALARS = frozenset((bool, int, float))
+_SCALARS = frozenset((bool, int, float, complex))
 _PACKERS = {n: _strided.StridedPacker(n) for n in (1, 2, 3, 4)}
 _CACHE_LIMIT = 1024  # entries of each layout cache before it starts over
 
@@ -895,6 +902,9 @@ def fill(backend: Any, dst: NvArray, value: Any) -> None:
         return
     dtype = dst._dtype
     size = dtype.itemsize
+    if size == 16:  # complex128: the element itself is the pattern (no 16-byte integer)
+        _fill_complex128(backend, dst, complex(value))
+        return
     bits = _bits_of(value, dtype)
     ordinal = backend.gpu.ordinal
     if _dense(dst):
@@ -924,6 +934,33 @@ def fill(backend: Any, dst: NvArray, value: Any) -> None:
     _launch_strided(backend, kernel, [_ptr(dst)], [bits], layout)
 
 
+def _fill_complex128(backend: Any, dst: NvArray, value: complex) -> None:
+    """:func:`fill` of a complex128 array: ``fill_*<ignis::complex128>`` with the value's 16
+    bytes (zero, the common case, is a 4-byte memset)."""
+    n = _numel(dst._shape)
+    ordinal = backend.gpu.ordinal
+    pattern = np.complex128(value)
+    if _dense(dst):
+        if value == 0 and not np.signbit(pattern.real) and not np.signbit(pattern.imag):
+            activate(backend.gpu)
+            cu.cuMemsetD32Async(_ptr(dst), 0, 4 * n, backend.stream.handle)
+            return
+        key = ("fill", 16, ordinal)
+        kernel = _kernels_get(key) or _kernel(
+            backend, key, SOURCE, "fill_contig", ("ignis::complex128",)
+        )
+        grid = _grid(backend, n, BLOCK)
+        kernel.launch(grid, BLOCK, [_ptr(dst), pattern, n], stream=backend.stream)
+        return
+    layout = _layout(dst._shape, [dst._strides])
+    wide = layout[2]
+    key = ("fill_s", 16, wide, ordinal)
+    kernel = _kernels_get(key) or _kernel(
+        backend, key, SOURCE, "fill_strided", ("ignis::complex128", wide)
+    )
+    _launch_strided(backend, kernel, [_ptr(dst)], [pattern], layout)
+
+
 # --- arange --------------------------------------------------------------------------------------
 
 
@@ -945,6 +982,13 @@ def arange(backend: Any, out: NvArray, start: float, step: float) -> None:
         return
     dtype = out._dtype
     ordinal = backend.gpu.ordinal
+    if dtype.kind == "c":  # the real values, in the parts' dtype, then a zero imaginary part
+        from ..array import NvArray
+
+        tmp = NvArray.empty(out._shape, dtype=dt.real_of(dtype), device=out._device)
+        arange(backend, tmp, start, step)
+        copy(backend, out, tmp)
+        return
     if dtype.kind == "f":
         key = ("arange_f", dtype.name, ordinal)
         kernel = _kernels_get(key) or _kernel(backend, key, SOURCE, "arange_float", (CTYPE[dtype],))

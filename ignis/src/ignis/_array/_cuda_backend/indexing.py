@@ -82,8 +82,13 @@ SCAN_NAMES = {
 }
 
 
-def dropout_name(dtype: dt.DType, backward: bool, vec: bool = True) -> str:
+def dropout_name(
+    dtype: dt.DType, backward: bool, vec: bool = True, from_state: bool = False
+) -> str:
+    """``from_state``: the forward kernel reading its stream from device state (graphs)."""
     kind = "dropout_backward" if backward else "dropout_forward"
+    if from_state and not backward:
+        kind = "dropout_forward_state"
     return f"ignis::nn::{kind}<{CTYPE[dtype]}, {_work(dtype)}, {'true' if vec else 'false'}>"
 
 
@@ -125,7 +130,8 @@ def kernel_names(tune: IndexingSettings | None = None) -> dict[str, list[str]]:
         + ["ignis::idx::scan_totals", "ignis::idx::repeat_search"],
         "dropout.cu": [
             dropout_name(d, b, v) for d in FLOAT_TYPES for b in (False, True) for v in (False, True)
-        ],
+        ]
+        + [dropout_name(d, False, v, True) for d in FLOAT_TYPES for v in (False, True)],
         "rope.cu": [
             rope_name(d, p, il)
             for d in FLOAT_TYPES
@@ -321,6 +327,25 @@ def repeat_index(backend: Any, out: NvArray, repeats: NvArray) -> None:
     )
 
 
+def _dropout_launch(
+    backend: Any, y: NvArray, mask: NvArray, x: NvArray, stream_args: list[Any],
+    threshold: int, scale: float, from_state: bool,
+) -> None:
+    n = x.numel
+    px, py, pm = _ptr(x), _ptr(y), _ptr(mask)
+    vec = _aligned16(px, py, pm)
+    # threads: one per vector step (the few tail blocks need no more), or one per Philox block
+    threads = n // dropout_step(x.dtype) if vec else -(-n // 4)
+    _launch(
+        backend,
+        "dropout.cu",
+        dropout_name(x.dtype, False, vec, from_state),
+        -(-threads // THREADS),
+        THREADS,
+        [px, py, pm, n, *stream_args, threshold, scale],
+    )
+
+
 def dropout(
     backend: Any,
     y: NvArray,
@@ -331,20 +356,24 @@ def dropout(
     seed: int,
     offset: int,
 ) -> None:
-    n = x.numel
-    px, py, pm = _ptr(x), _ptr(y), _ptr(mask)
-    vec = _aligned16(px, py, pm)
-    # threads: one per vector step (the few tail blocks need no more), or one per Philox block
-    threads = n // dropout_step(x.dtype) if vec else -(-n // 4)
     k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
-    _launch(
-        backend,
-        "dropout.cu",
-        dropout_name(x.dtype, False, vec),
-        -(-threads // THREADS),
-        THREADS,
-        [px, py, pm, n, k0, k1, offset & 0xFFFFFFFFFFFFFFFF, threshold, scale],
-    )
+    stream_args = [k0, k1, offset & 0xFFFFFFFFFFFFFFFF]
+    _dropout_launch(backend, y, mask, x, stream_args, threshold, scale, False)
+
+
+def dropout_from_state(
+    backend: Any,
+    y: NvArray,
+    mask: NvArray,
+    x: NvArray,
+    threshold: int,
+    scale: float,
+    state: NvArray,
+    offset: int,
+) -> None:
+    # dropout's launch, with the stream read from ``state`` (seed, base) by the kernel
+    stream_args = [_ptr(state), offset & 0xFFFFFFFFFFFFFFFF]
+    _dropout_launch(backend, y, mask, x, stream_args, threshold, scale, True)
 
 
 def dropout_backward(

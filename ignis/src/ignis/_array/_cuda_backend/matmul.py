@@ -432,6 +432,9 @@ _BLAS_TYPES = {
     dt.bfloat16: (_cublas.CUDA_R_16BF, _cublas.CUBLAS_COMPUTE_32F, ctypes.c_float),
     dt.float32: (_cublas.CUDA_R_32F, _cublas.CUBLAS_COMPUTE_32F, ctypes.c_float),
     dt.float64: (_cublas.CUDA_R_64F, _cublas.CUBLAS_COMPUTE_64F, ctypes.c_double),
+    # complex: cgemm / zgemm through the same entry point (complex scale types)
+    dt.complex64: (_cublas.CUDA_C_32F, _cublas.CUBLAS_COMPUTE_32F, _cublas.ComplexFloat),
+    dt.complex128: (_cublas.CUDA_C_64F, _cublas.CUBLAS_COMPUTE_64F, _cublas.ComplexDouble),
 }
 _INT_MAX = 2**31 - 1
 # Statuses after which the own kernels take over instead of failing the op.
@@ -484,7 +487,8 @@ def _cublas_matmul(lib: Any, backend: Any, stream: Any, dtype: dt.DType, batch: 
         return False
     swap, calls = _blas_calls(dtype, batch, m, n, k, am, a_lay, bm, b_lay, cm, c_lay,
                               alpha, beta)
-    remember = key is not None and not copied
+    # (complex products stay on cublasGemmStridedBatchedEx: the cuBLASLt plans are real-only)
+    remember = key is not None and not copied and dtype.kind != "c"
     # A remembered product runs through cuBLASLt from its first call on, so that every call
     # of it gives the same bits.
     lt_plan = _lt_plain_plan(backend.gpu, calls) if remember else None
@@ -631,6 +635,8 @@ class GemmLaunch:
 
 
 def _tile_shape(family: str, dtype: dt.DType) -> tuple[int, int]:
+    if family == "complex":
+        return 16, 16  # gemm_complex's TILE
     if family == "simt" and dtype is dt.float64:
         return 64, 64  # SimtShape<double>
     return 128, 128
@@ -677,6 +683,8 @@ def plan_own_gemm(dtype: dt.DType, compute_capability: tuple[int, int], allow_tf
     ``family`` forces "tc" (tensor cores) or "simt" (FMA); by default tensor cores serve
     float16/bfloat16 on sm_80+ and float32 when ``allow_tf32``; everything else uses FMA.
     """
+    if dtype.kind == "c":
+        family = "complex"  # gemm_complex: the one kernel for complex64 / complex128
     if family is None:
         tc_ok = compute_capability >= (8, 0)
         if dtype in (dt.float16, dt.bfloat16):
@@ -691,7 +699,11 @@ def plan_own_gemm(dtype: dt.DType, compute_capability: tuple[int, int], allow_tf
     shape, (sa, sb, sc) = collapse_batch(batch, [a.bs, b.bs, c.bs])
     la, a_rs, a_cs = kernel_layout(m, k, a, sa, item)
     lb, b_rs, b_cs = kernel_layout(k, n, b, sb, item)
-    name = f"ignis::gemm::gemm_{family}<{CTYPE[dtype]}, {la}, {lb}>"
+    name = (
+        f"ignis::gemm::gemm_complex<{CTYPE[dtype]}>"
+        if family == "complex"
+        else f"ignis::gemm::gemm_{family}<{CTYPE[dtype]}, {la}, {lb}>"
+    )
     smem = _tc_smem_bytes(dtype, la, lb) if family == "tc" else 0
     bm, bn = _tile_shape(family, dtype)
     tiles_m, tiles_n = -(-m // bm), -(-n // bn)

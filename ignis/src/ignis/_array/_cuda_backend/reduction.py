@@ -77,6 +77,8 @@ _WORK = {
     "bfloat16": "float",
     "float32": "float",
     "float64": "double",
+    "complex64": "ignis::complex64",  # (all/any test complex values against zero as they are)
+    "complex128": "ignis::complex128",
 }
 
 # Accumulator types of sums: C++ name of the type (SumOp's template argument), the partial
@@ -86,6 +88,8 @@ _SUM_ACC = {
     "float64": ("double", "double", 8),
     "int64": ("long long", "unsigned long long", 8),
     "uint64": ("unsigned long long", "unsigned long long", 8),
+    "complex64": ("ignis::complex64", "ignis::complex64", 8),
+    "complex128": ("ignis::complex128", "ignis::complex128", 16),
 }
 # The reduce ops of the table this module computes, and the combining ops whose partial result
 # is an int whatever the input (all, any).
@@ -898,7 +902,13 @@ def _reduce_planned(
     table's ``cuda`` entry of ``op`` says (:class:`~ignis._array._reduction_table.CudaReduce`)."""
     functor, on, finish = REDUCTIONS[op].cuda
     # means and deviations divide: they accumulate in a float type
-    allowed = _SUM_ACC if finish == "one" else ("float32", "float64")
+    allowed = (
+        _SUM_ACC
+        if finish == "one"
+        else ("float32", "float64", "complex64", "complex128")
+        if finish == "count"
+        else ("float32", "float64")
+    )
     if on == "accumulate" and accumulate.name not in allowed:
         raise ValueError(
             f"{op}: cannot accumulate in {accumulate.name}; expected {' or '.join(allowed)}"

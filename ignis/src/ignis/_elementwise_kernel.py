@@ -1,0 +1,494 @@
+"""``ignis.ElementwiseKernel``: a kernel from a C++ expression per element (CuPy's API).
+
+A kernel is declared by its input and output parameters and a C++ ``operation`` run once per
+element of the broadcast shape:
+
+    >>> squared_diff = ignis.ElementwiseKernel(
+    ...     "float32 x, float32 y", "float32 z", "z = (x - y) * (x - y)", "squared_diff")
+    >>> z = squared_diff(x, y)                 # x, y: CUDA NvArrays (or CuPy / PyTorch arrays)
+
+Parameters (CuPy's grammar): ``[raw] TYPE NAME`` separated by commas. ``TYPE`` is a dtype name
+(``float32``, ``int64``, ``bool``, ``complex64``, ``bfloat16``, ...; ``float``, ``double`` and
+``int`` are read as float32, float64 and int32) or a *type placeholder*, any other identifier
+(``T``), bound to the dtype of the arguments given for it; placeholders are ``typedef``'d
+before ``preamble``, so it can use them. In ``operation``:
+
+* a non-raw array parameter is the element at the current index (inputs ``const``, outputs
+  writable references); broadcasting follows NumPy's rules, and arrays of any strides work;
+* a scalar argument (a Python or NumPy number) is its value, of the parameter's type;
+* a ``raw`` parameter is the whole array, indexed by flat C-order position (``x[i + 1]``) and
+  sized by ``x.size()``;
+* ``i`` is the flat index of the element and ``_ind.size()`` the number of elements.
+
+Call with the inputs, optionally followed by the outputs (else they are allocated with the
+broadcast shape on the inputs' device); ``size=`` gives the element count when no non-raw array
+is passed; ``stream=`` the stream (default: the current one). One output is returned as an
+array, several as a tuple. Each combination of argument dtypes, number of dimensions and
+layout kind compiles once (through the compile caches) and is kept on the kernel object.
+
+The CPU backend cannot run CUDA C++: a call with CPU arrays raises an error that says so.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _dtypes as dt
+from ._errors import DeviceMismatchError, DTypeError, IgnisError, ShapeError
+
+__all__ = ["ElementwiseKernel"]
+
+_PARAM_RE = re.compile(r"^(?:(raw)\s+)?([A-Za-z_]\w*)\s+([A-Za-z_]\w*)$")
+_C_ALIASES = {"float": dt.float32, "double": dt.float64, "int": dt.int32}
+_RESERVED = {"i", "_ind", "_n"}
+_MAX_DIMS = 16
+_BLOCK = 256
+
+
+class _Param(NamedTuple):
+    name: str
+    dtype: dt.DType | None  # None: a placeholder
+    placeholder: str | None
+    raw: bool
+    is_output: bool
+
+
+def _parse(spec: str, kernel: str, what: str, is_output: bool) -> list[_Param]:
+    if not isinstance(spec, str):
+        raise TypeError(
+            f"ElementwiseKernel {kernel!r}: {what} must be a string, got {type(spec).__name__}"
+        )
+    params = []
+    for part in [p.strip() for p in spec.split(",")] if spec.strip() else []:
+        m = _PARAM_RE.match(part)
+        if m is None:
+            raise ValueError(
+                f"ElementwiseKernel {kernel!r}: cannot parse the parameter {part!r} of "
+                f"{what} (expected '[raw] TYPE NAME', e.g. 'float32 x' or 'raw T y')"
+            )
+        raw, type_name, name = m.groups()
+        if name in _RESERVED or keyword.iskeyword(name):
+            raise ValueError(
+                f"ElementwiseKernel {kernel!r}: the parameter name {name!r} of {what} is "
+                f"reserved ({', '.join(sorted(_RESERVED))} are the kernel's own)"
+            )
+        dtype = _C_ALIASES.get(type_name)
+        if dtype is None:
+            try:
+                dtype = dt.as_dtype(type_name)
+            except (DTypeError, TypeError, ValueError):
+                dtype = None
+        params.append(_Param(name, dtype, None if dtype else type_name, bool(raw), is_output))
+    return params
+
+
+def _scalar_dtype(v: Any) -> dt.DType:
+    if isinstance(v, (bool, np.bool_)):
+        return dt.bool_
+    if isinstance(v, np.generic):
+        return dt.as_dtype(v.dtype)
+    if isinstance(v, int):
+        return dt.int64
+    if isinstance(v, float):
+        return dt.float64
+    if isinstance(v, complex):
+        return dt.complex128
+    raise TypeError(type(v).__name__)
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, (bool, int, float, complex, np.generic))
+
+
+def _merge_dims(
+    shape: tuple[int, ...], strides: list[tuple[int, ...]]
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop size-1 dimensions and merge neighbours that every array steps through evenly
+    (CuPy's ``reduce_dims``): the same elements in fewer dimensions."""
+    dims = [(n, [s[d] for s in strides]) for d, n in enumerate(shape) if n != 1]
+    if not dims:
+        return (), [() for _ in strides]
+    merged = [dims[0]]
+    for n, st in dims[1:]:
+        pn, pst = merged[-1]
+        if all(a == b * n for a, b in zip(pst, st, strict=True)):
+            merged[-1] = (pn * n, st)
+        else:
+            merged.append((n, st))
+    out_shape = tuple(n for n, _ in merged)
+    out_strides = [tuple(m[1][k] for m in merged) for k in range(len(strides))]
+    return out_shape, out_strides
+
+
+class ElementwiseKernel:
+    """A CUDA kernel applying ``operation`` to each element (module notes; CuPy's signature).
+
+    Args:
+        in_params: input parameters, e.g. ``"float32 x, T y, raw T table"``.
+        out_params: output parameters, e.g. ``"T z"``.
+        operation: C++ statements for one element, e.g. ``"z = x * y + table[i % 4]"``.
+        name: the kernel's name (in errors and in the compiled code).
+        preamble: C++ placed before the kernel (helper functions; placeholders are typedefs).
+        options: a :class:`~ignis.CompileOptions` for NVRTC (default: the library's).
+        reduce_dims: merge dimensions the arrays step through evenly before indexing.
+
+    Example::
+
+        >>> add = ignis.ElementwiseKernel("T x, T y", "T z", "z = x + y", "my_add")
+        >>> add(ignis.ones(4, device="cuda:0"), 2.0).tolist()
+        [3.0, 3.0, 3.0, 3.0]
+    """
+
+    def __init__(
+        self,
+        in_params: str,
+        out_params: str,
+        operation: str,
+        name: str = "kernel",
+        preamble: str = "",
+        options: Any = None,
+        reduce_dims: bool = True,
+    ):
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_]\w*$", name):
+            raise ValueError(f"ElementwiseKernel: name must be a C identifier, got {name!r}")
+        self.name = name
+        self.in_params = _parse(in_params, name, "in_params", False)
+        self.out_params = _parse(out_params, name, "out_params", True)
+        if not self.out_params:
+            raise ValueError(f"ElementwiseKernel {name!r}: out_params declares no output")
+        names = [p.name for p in self.in_params + self.out_params]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(
+                f"ElementwiseKernel {name!r}: parameter {sorted(dup)[0]!r} is declared twice"
+            )
+        if not isinstance(operation, str) or not operation.strip():
+            raise ValueError(f"ElementwiseKernel {name!r}: operation must be a non-empty string")
+        self.operation = operation
+        self.preamble = preamble
+        self.options = options
+        self.reduce_dims = bool(reduce_dims)
+        self._kernels: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<ignis.ElementwiseKernel {self.name!r}>"
+
+    # --- a call ----------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, size: int | None = None, stream: Any = None) -> Any:
+        from ._array._creation import asarray, empty
+        from ._array._layout import broadcast_shapes
+        from ._array.array import NvArray
+        from ._stream import current_stream
+
+        n_in, n_out = len(self.in_params), len(self.out_params)
+        if len(args) not in (n_in, n_in + n_out):
+            raise TypeError(
+                f"ElementwiseKernel {self.name!r}: takes {n_in} inputs (and optionally its "
+                f"{n_out} outputs), got {len(args)} arguments"
+            )
+        values = list(args) + [None] * (n_in + n_out - len(args))
+        params = self.in_params + self.out_params
+        # arrays from other libraries, by __cuda_array_interface__ / DLPack (no copy)
+        for k, (p, v) in enumerate(zip(params, values, strict=True)):
+            if v is None or isinstance(v, NvArray) or _is_scalar(v):
+                continue
+            if hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"):
+                values[k] = asarray(v)
+            else:
+                raise TypeError(
+                    f"ElementwiseKernel {self.name!r}: argument {p.name!r} must be an array or a "
+                    f"scalar, got {type(v).__name__}"
+                )
+        device = None
+        for p, v in zip(params, values, strict=True):
+            if isinstance(v, NvArray):
+                if v.device.type != "cuda":
+                    raise IgnisError(
+                        f"ElementwiseKernel {self.name!r}: argument {p.name!r} is on {v.device}; "
+                        "an ElementwiseKernel is CUDA C++ and needs arrays on a CUDA device "
+                        "(move them with .to('cuda:0'))"
+                    )
+                if device is None:
+                    device = v.device
+                elif v.device != device:
+                    raise DeviceMismatchError(
+                        f"ElementwiseKernel {self.name!r}: arguments are on {device} and "
+                        f"{v.device} (argument {p.name!r}); put them on one device"
+                    )
+            elif p.is_output and v is not None:
+                raise TypeError(
+                    f"ElementwiseKernel {self.name!r}: output {p.name!r} must be an array, got "
+                    f"{type(v).__name__}"
+                )
+            elif p.raw and v is not None:
+                raise TypeError(
+                    f"ElementwiseKernel {self.name!r}: raw parameter {p.name!r} needs an array, "
+                    f"got {type(v).__name__}"
+                )
+        types = self._bind_types(params, values)
+        # the broadcast shape of the non-raw arrays
+        shaped = [
+            v
+            for p, v in zip(params, values, strict=True)
+            if isinstance(v, NvArray) and not p.raw and not p.is_output
+        ]
+        given_out = [
+            v
+            for p, v in zip(params, values, strict=True)
+            if isinstance(v, NvArray) and not p.raw and p.is_output
+        ]
+        if shaped:
+            try:
+                shape = broadcast_shapes(*[a.shape for a in shaped])
+            except ShapeError:
+                raise ShapeError(
+                    f"ElementwiseKernel {self.name!r}: the input shapes "
+                    f"{[a.shape for a in shaped]} do not broadcast together"
+                ) from None
+            if size is not None:
+                raise ValueError(
+                    f"ElementwiseKernel {self.name!r}: size= is only for calls without non-raw "
+                    "array arguments"
+                )
+        elif given_out:
+            shape = given_out[0].shape
+        elif size is not None:
+            shape = (int(size),)
+        else:
+            raise ValueError(
+                f"ElementwiseKernel {self.name!r}: no array argument gives the shape; pass size="
+            )
+        if device is None:
+            from ._array._device import get_default_device
+
+            device = get_default_device()
+            if device.type != "cuda":
+                raise IgnisError(
+                    f"ElementwiseKernel {self.name!r}: needs a CUDA device, and the default "
+                    f"device is {device}"
+                )
+        for p, v in zip(params, values, strict=True):
+            if p.is_output and isinstance(v, NvArray) and not p.raw and v.shape != shape:
+                raise ShapeError(
+                    f"ElementwiseKernel {self.name!r}: output {p.name!r} has shape {v.shape}, "
+                    f"expected {shape} (the inputs' broadcast shape)"
+                )
+        # outputs allocated; inputs of another dtype than their parameter converted
+        for k, (p, v) in enumerate(zip(params, values, strict=True)):
+            want = types[p.name]
+            if v is None:
+                values[k] = empty(shape, dtype=want, device=device)
+            elif isinstance(v, NvArray) and v.dtype is not want:
+                if p.is_output:
+                    raise DTypeError(
+                        f"ElementwiseKernel {self.name!r}: output {p.name!r} has dtype "
+                        f"{v.dtype.name}, expected {want.name}"
+                    )
+                values[k] = v.astype(want)
+        outputs = [values[n_in + j] for j in range(n_out)]
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        if n > 0:
+            self._launch(
+                params,
+                values,
+                types,
+                shape,
+                n,
+                device,
+                stream if stream is not None else current_stream(),
+            )
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def _bind_types(self, params: list[_Param], values: list[Any]) -> dict[str, dt.DType]:
+        """The dtype of each parameter: declared, or its placeholder's, bound by the arrays
+        given for it (then by scalars); an unbound placeholder is an error."""
+        from ._array.array import NvArray
+
+        bound: dict[str, dt.DType] = {}
+        for p, v in zip(params, values, strict=True):
+            if p.placeholder is None or not isinstance(v, NvArray):
+                continue
+            have = bound.get(p.placeholder)
+            if have is None:
+                bound[p.placeholder] = v.dtype
+            elif have is not v.dtype:
+                raise DTypeError(
+                    f"ElementwiseKernel {self.name!r}: type placeholder {p.placeholder} is "
+                    f"{have.name} from an earlier argument but {v.dtype.name} for {p.name!r}"
+                )
+        for p, v in zip(params, values, strict=True):
+            if p.placeholder is not None and p.placeholder not in bound and _is_scalar(v):
+                bound[p.placeholder] = _scalar_dtype(v)
+        types = {}
+        for p in params:
+            if p.dtype is not None:
+                types[p.name] = p.dtype
+            elif p.placeholder in bound:
+                types[p.name] = bound[p.placeholder]
+            else:
+                raise DTypeError(
+                    f"ElementwiseKernel {self.name!r}: cannot resolve the type placeholder "
+                    f"{p.placeholder} of {p.name!r}: no argument gives it (pass an array for "
+                    "it or for another parameter of that type)"
+                )
+        return types
+
+    # --- code ------------------------------------------------------------------------------
+
+    def _launch(self, params, values, types, shape, n, device, stream) -> None:
+        from ._array.array import NvArray
+
+        arrays = [
+            (p, v)
+            for p, v in zip(params, values, strict=True)
+            if isinstance(v, NvArray) and not p.raw
+        ]
+        raws = []
+        for k, (p, v) in enumerate(zip(params, values, strict=True)):
+            if p.raw and not v.is_contiguous:
+                if p.is_output:
+                    raise ShapeError(
+                        f"ElementwiseKernel {self.name!r}: raw output {p.name!r} must be contiguous"
+                    )
+                values[k] = v = v.clone()
+            if p.raw:
+                raws.append(p.name)
+        # element strides of each non-raw array over the broadcast shape
+        strides = []
+        for _, v in arrays:
+            b = v.broadcast_to(shape) if v.shape != shape else v
+            strides.append(tuple(s // b.itemsize for s in b.strides))
+        if self.reduce_dims:
+            kshape, kstrides = _merge_dims(tuple(shape), strides)
+        else:
+            kshape, kstrides = tuple(shape), strides
+        contiguous = len(kshape) <= 1 and all(st in ((), (1,)) for st in kstrides)
+        nd = 0 if contiguous else len(kshape)
+        if nd > _MAX_DIMS:
+            raise ShapeError(
+                f"ElementwiseKernel {self.name!r}: {nd} dimensions after merging; at most "
+                f"{_MAX_DIMS} are supported"
+            )
+        key = (
+            tuple(types[p.name].name for p in params),
+            nd,
+            tuple(isinstance(v, NvArray) for v in values),
+        )
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            with self._lock:
+                kernel = self._kernels.get(key)
+                if kernel is None:
+                    kernel = self._compile(params, values, types, nd, device)
+                    self._kernels[key] = kernel
+        args: list[Any] = []
+        for p, v in zip(params, values, strict=True):
+            if isinstance(v, NvArray):
+                args.append(v)
+                if p.raw:
+                    args.append(v.numel)
+            elif types[p.name].kind == "c":  # (passed as its two parts)
+                z = complex(v)
+                args += [z.real, z.imag]
+            else:
+                args.append(_host_scalar(v, types[p.name]))
+        args.append(n)
+        if nd:  # the merged shape, then each array's element strides, as scalars
+            args += [*kshape] + [s for st in kstrides for s in st]
+        grid = min(-(-n // _BLOCK), 65535 * 8)
+        kernel.launch(grid, _BLOCK, args, stream=stream)
+
+    def source(self, types: dict[str, dt.DType], values_are_arrays: Sequence[bool], nd: int) -> str:
+        """The CUDA C++ of one specialization (for inspection and the compile checks)."""
+        from ._array._cuda_backend._kernels import CTYPE
+
+        params = self.in_params + self.out_params
+        lines = ['#include "ignis_types.cuh"']
+        if any(types[p.name].kind == "c" for p in params):
+            lines.append('#include "complex.cuh"')
+        seen = set()
+        for p in params:
+            if p.placeholder and p.placeholder not in seen:
+                seen.add(p.placeholder)
+                lines.append(f"typedef {CTYPE[types[p.name]]} {p.placeholder};")
+        lines += [
+            "template <typename V> struct IgnisRaw {",
+            "  V* p; long long n;",
+            "  __device__ __forceinline__ V& operator[](long long k) const { return p[k]; }",
+            "  __device__ __forceinline__ long long size() const { return n; }",
+            "};",
+            "struct IgnisIndex { long long n;",
+            "  __device__ __forceinline__ long long size() const { return n; } };",
+            self.preamble,
+        ]
+        sig, loads = [], []
+        arr_k = 0
+        for p, is_arr in zip(params, values_are_arrays, strict=True):
+            c = CTYPE[types[p.name]]
+            if p.raw:
+                sig += [f"{c}* _rp_{p.name}", f"long long _rn_{p.name}"]
+                loads.append(f"const IgnisRaw<{c}> {p.name} = {{_rp_{p.name}, _rn_{p.name}}};")
+            elif is_arr:
+                const = "" if p.is_output else "const "
+                # (no __restrict__: an output may be an input too, as in k(x, x))
+                sig.append(f"{const}{c}* _p_{p.name}")
+                off = "i" if nd == 0 else f"_o{arr_k}"
+                ref = "&" if p.is_output else ""
+                loads.append(f"{const}{c}{ref} {p.name} = _p_{p.name}[{off}];")
+                arr_k += 1
+            elif types[p.name].kind == "c":
+                part = "float" if types[p.name] is dt.complex64 else "double"
+                sig += [f"const {part} _re_{p.name}", f"const {part} _im_{p.name}"]
+                loads.append(f"const {c} {p.name}(_re_{p.name}, _im_{p.name});")
+            else:
+                sig.append(f"const {c} {p.name}")
+        sig.append("const long long _n")
+        sig += [f"const long long _s{d}" for d in range(nd)]
+        sig += [f"const long long _t{k}_{d}" for k in range(arr_k) for d in range(nd)]
+        body = []
+        if nd:  # the flat index unravelled over the merged shape, last dimension fastest
+            body.append("    long long _r = i, _c;")
+            for k in range(arr_k):
+                body.append(f"    long long _o{k} = 0;")
+            for d in range(nd - 1, -1, -1):
+                body.append(f"    _c = _r % _s{d}; _r /= _s{d};" if d else "    _c = _r;")
+                for k in range(arr_k):
+                    body.append(f"    _o{k} += _c * _t{k}_{d};")
+        body += ["    " + s for s in loads]
+        body.append("    " + self.operation.rstrip().rstrip(";") + ";")
+        lines += [
+            f'extern "C" __global__ void {self.name}({", ".join(sig)}) {{',
+            "  const IgnisIndex _ind = {_n};",
+            "  (void)_ind;",
+            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < _n;",
+            "       i += (long long)gridDim.x * blockDim.x) {",
+            *body,
+            "  }",
+            "}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _compile(self, params, values, types, nd, device):
+        from ._array.array import NvArray
+        from ._kernel import compile_kernel
+
+        src = self.source(types, [isinstance(v, NvArray) for v in values], nd)
+        try:
+            return compile_kernel(src, self.name, options=self.options, device=device.index)
+        except IgnisError as exc:
+            raise type(exc)(f"ElementwiseKernel {self.name!r}: {exc}") from None
+
+
+def _host_scalar(v: Any, dtype: dt.DType) -> Any:
+    """A scalar argument as the launch packs it for its parameter's type."""
+    if dtype.kind == "c":
+        return complex(v)
+    return dtype.numpy.type(v) if dtype.kind in "biuf" else v
