@@ -185,3 +185,92 @@ def test_warmup_runs_are_exactly_warmup_real_steps(warmup, zero_first):
     for pe, pg in zip(eager_params, graph_params, strict=True):
         np.testing.assert_allclose(pg.to_host(), pe.to_host(), rtol=1e-5, atol=1e-6)
         assert float(graph_opt.state_of(pg)["step"].to_host()) == warmup + 1
+
+
+# --- random numbers: each replay draws new ones, as eager steps do ----------------------------
+
+
+def _dropout_step(params: list[Tensor], p: float = 0.2):
+    from ignis_autograd.functional import dropout
+    from ignis_autograd.optim import AdamW
+
+    opt = AdamW(params, lr=1e-2, weight_decay=0.1)
+    w1, b1, w2, b2 = params
+
+    def train_step(x, t):
+        opt.zero_grad()
+        h = dropout((ag.Tensor(x) @ w1).add_bias(b1).tanh(), p)  # the default ignis.random
+        loss = (((dropout(h, p) @ w2).add_bias(b2) - t) ** 2).mean()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return train_step
+
+
+def _bits(a: ignis.NvArray) -> np.ndarray:
+    return a.to_host().view(np.uint32)
+
+
+@pytest.mark.gpu
+def test_captured_steps_with_dropout_equal_eager_steps_bit_for_bit():
+    # Two eager warm-up steps (on the example batch), then 20 captured steps, against the same
+    # 22 steps run eagerly from the same generator state: the same losses and parameters, bit
+    # for bit, and the same final generator state.
+    device = "cuda:0"
+    batches = _batches(device, 21)
+    batches = [batches[0], *batches]  # the warm-up trains on the example batch twice
+    eager_params, graph_params = _params(device), _params(device)
+    eager = _dropout_step(eager_params)
+    ignis.random.set_state((1234, 5))
+    eager_losses = [_bits(eager(x, t)) for x, t in batches]
+    eager_state = ignis.random.get_state()
+
+    ignis.random.set_state((1234, 5))
+    step = capture_step(_dropout_step(graph_params), *batches[0], warmup=2)
+    per_step = -(-128 * 32 // 4) * 2  # two dropouts of (128, 32): ceil(n / 4) blocks each
+    assert ignis.random.get_state() == (1234, 5 + 2 * per_step)  # the capture drew nothing
+    assert list(step.draws.blocks.values()) == [per_step]
+    for out, ref in zip(step.warmup_outputs, eager_losses[:2], strict=True):
+        np.testing.assert_array_equal(_bits(out), ref)
+    graph_losses = [_bits(step(x, t)).copy() for x, t in batches[2:]]
+    assert len(graph_losses) == 20
+    assert ignis.random.get_state() == eager_state == (1234, 5 + 22 * per_step)
+    np.testing.assert_array_equal(np.stack(graph_losses), np.stack(eager_losses[2:]))
+    assert len({int(v[()]) for v in graph_losses}) > 1  # the masks (and losses) change
+    for pe, pg in zip(eager_params, graph_params, strict=True):
+        np.testing.assert_array_equal(_bits(pg.data), _bits(pe.data))
+
+
+@pytest.mark.gpu
+def test_captured_dropout_masks_follow_the_generator_state():
+    # A step returning its masks: replay i draws what eager call i would; set_state between
+    # calls takes effect at the next call; a generator given explicitly advances alone.
+    device = "cuda:0"
+    x = ignis.asarray(np.linspace(0.5, 1.5, 1000, dtype=np.float32), device=device)
+    gen = ignis.random.Generator(77)
+
+    def masks(a):
+        _, m1 = ignis.nn.dropout(a, 0.5)  # the default generator
+        _, m2 = ignis.nn.dropout(a, 0.1, generator=gen)
+        return m1, m2
+
+    ignis.random.set_state((9, 0))
+    step = capture_step(masks, x, warmup=1)
+    assert ignis.random.get_state() == (9, 250) and gen.get_state() == (77, 250)
+    ref = ignis.random.Generator(9)
+    ref.set_state((9, 250))
+    ref_gen = ignis.random.Generator(77)
+    ref_gen.set_state((77, 250))
+    xc = x.to("cpu")
+    for i in range(4):
+        if i == 2:
+            ignis.random.set_state((10, 3))
+            ref.set_state((10, 3))
+        m1, m2 = step(x)
+        _, e1 = ignis.nn.dropout(xc, 0.5, generator=ref)
+        _, e2 = ignis.nn.dropout(xc, 0.1, generator=ref_gen)
+        np.testing.assert_array_equal(m1.to_host(), e1.to_host(), err_msg=f"call {i}")
+        np.testing.assert_array_equal(m2.to_host(), e2.to_host(), err_msg=f"call {i}")
+    assert ignis.random.get_state() == ref.get_state() == (10, 3 + 2 * 250)
+    assert gen.get_state() == ref_gen.get_state() == (77, 250 + 4 * 250)

@@ -38,9 +38,16 @@ suffices for a step whose first run does it all, e.g. one that zeroes gradients 
 
 What a captured step may not do: synchronize with the host (``.item()``, ``to_host()``,
 printing a value), depend on host values that change between steps (they are frozen at
-capture), or allocate from another thread meanwhile. Random ops (dropout) replay the masks drawn
-at capture. Learning rates and step counts of :mod:`ignis_autograd.optim` live in device memory,
-so schedules keep working.
+capture), or allocate from another thread meanwhile. Learning rates and step counts of
+:mod:`ignis_autograd.optim` live in device memory, so schedules keep working.
+
+Random numbers (dropout, ``ignis.random``) are new at each call, as in eager steps: the capture
+records its draws with :class:`ignis.random.GraphDraws`, so the captured kernels read each
+generator's seed and offset from device memory, and each call first writes the generator's
+current ``(seed, offset)`` there and advances it by what one step draws. N calls of the captured
+step therefore draw, bit for bit, what N eager steps from the same generator state would, and
+leave the generators where those steps would (``ignis.random.get_state()``); seeding or
+``set_state`` between calls takes effect at the next call.
 """
 
 from __future__ import annotations
@@ -82,7 +89,9 @@ class CapturedStep:
 
     Attributes: ``warmup`` (the number of eager steps taken before the capture),
     ``warmup_outputs`` (what ``fn`` returned in each of them, in order: e.g. their losses),
-    ``outputs`` (the fixed outputs; no values before the first call), ``static_inputs``.
+    ``outputs`` (the fixed outputs; no values before the first call), ``static_inputs``,
+    ``draws`` (the step's random draws: ``draws.blocks`` maps each generator it uses to the
+    Philox blocks one call takes).
     """
 
     def __init__(self, fn: Callable[..., Any], *example_inputs: Any, warmup: int = 2):
@@ -136,8 +145,10 @@ class CapturedStep:
             for _ in range(warmup):
                 # Real steps, on the example inputs: they update the parameters and optimizer.
                 self.warmup_outputs.append(fn(*self.static_inputs))
+            # The step's random draws read (seed, offset) from device memory written per call.
+            self.draws = ignis.random.GraphDraws(device)
             try:
-                with ignis.Graph.capture(self.stream) as graph:
+                with ignis.Graph.capture(self.stream) as graph, self.draws.capturing():
                     self.outputs = fn(*self.static_inputs)
             except CudaError as exc:
                 if any(str(exc).startswith(code) for code in _CAPTURE_ERRORS):
@@ -169,6 +180,7 @@ class CapturedStep:
                 )
             if sd is not dd:
                 dd.copy_(sd)
+        self.draws.advance()  # on the current stream, before the graph reads it
         self.graph.launch(ignis.current_stream(self.graph.device))
         return self.outputs
 
