@@ -895,3 +895,452 @@ def test_gpu_bfloat16_run(tmp_path, text_file, capsys):
 
     weights = nn.load(str(tmp_path / "checkpoint.safetensors"), device="cpu")
     assert weights["tok_emb.weight"].dtype.name == "bfloat16"
+
+
+# --- nanoGPT's settings: beta2, 2-D weight decay, no biases, exact GELU, evaluation, metrics ---
+
+
+def _cfg(argv):
+    args = cli.build_parser().parse_args(["--device", "cpu", *argv])
+    return cli._config(args, "cpu")[0]
+
+
+def test_new_flags_default_to_todays_run():
+    cfg = _cfg([])
+    assert cfg.beta2 == 0.999 and cfg.bias is True and cfg.activation == "gelu_tanh"
+    assert cfg.decay_1d is False  # decay on 2-D tensors only is the default
+    cfg = _cfg(["--beta2", "0.99", "--no-bias", "--activation", "gelu", "--weight-decay", "0.2"])
+    assert (cfg.beta2, cfg.bias, cfg.activation, cfg.weight_decay) == (0.99, False, "gelu", 0.2)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--beta2", "1"], "--beta2 must be less than 1"),
+        (["--beta2", "-0.5"], "--beta2: must be >= 0.0 and <= 1.0, got -0.5"),
+        (["--activation", "relu"], "invalid choice: 'relu'"),
+        (["--preset", "gpt2"], "invalid choice: 'gpt2'"),
+    ],
+)
+def test_new_bad_flags_exit_2(argv, message, capsys):
+    err = _bad_flag(["--device", "cpu", *argv], capsys)
+    assert "ignis-demo: error:" in err and message in err
+
+
+def test_preset_shakespeare_char_is_nanogpts_config():
+    cfg = _cfg(["--preset", "shakespeare_char"])
+    assert (cfg.n_layers, cfg.n_heads, cfg.dim, cfg.context, cfg.batch_size) == (6, 6, 384, 256, 64)
+    assert (cfg.dropout, cfg.bias, cfg.activation) == (0.2, False, "gelu")
+    assert (cfg.lr, cfg.min_lr, cfg.beta2, cfg.weight_decay, cfg.grad_clip) == (
+        1e-3,
+        1e-4,
+        0.99,
+        0.1,
+        1.0,
+    )
+    assert (cfg.warmup_steps, cfg.steps, cfg.eval_interval, cfg.eval_batches) == (
+        100,
+        5000,
+        250,
+        200,
+    )
+    assert cfg.decay_1d is False and cfg.dtype == "float32"  # float32 on the CPU
+    from ignis_autograd.demo.config import preset_config
+
+    assert preset_config("shakespeare_char", "cuda").dtype == "bfloat16"
+    with pytest.raises(ValueError, match="unknown preset 'x'"):
+        preset_config("x", "cpu")
+    # flags beside the preset win; a shorter run fits warm-up and intervals to its length
+    cfg = _cfg(["--preset", "shakespeare_char", "--layers", "2", "--steps", "100"])
+    assert cfg.n_layers == 2 and cfg.warmup_steps == 10 and cfg.eval_interval == 100
+    assert cfg.dim == 384
+
+
+@needs_model
+def test_model_and_optimizer_follow_the_flags():
+    from ignis_autograd.demo import model as seam
+
+    cfg = _cfg(["--dim", "16", "--heads", "2", "--layers", "1", "--context", "8"])
+    ignis.random.seed(0)
+    m = seam.build_model(cfg, 11, "cpu")
+    names = [n for n, _ in m.named_parameters()]
+    assert any(n.endswith(".bias") for n in names)
+    assert m.blocks[0].mlp.act.approximate == "tanh"
+    opt, _ = seam.build_optimizer(m, cfg)
+    decay, rest = opt.param_groups
+    assert decay["weight_decay"] == cfg.weight_decay and rest["weight_decay"] == 0.0
+    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in rest["params"])
+    assert len(decay["params"]) + len(rest["params"]) == len(names)
+    assert decay["betas"] == (0.9, 0.999)
+
+    cfg = _cfg(
+        [
+            "--dim",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--context",
+            "8",
+            "--no-bias",
+            "--activation",
+            "gelu",
+            "--beta2",
+            "0.99",
+        ]
+    )
+    m = seam.build_model(cfg, 11, "cpu")
+    names = [n for n, _ in m.named_parameters()]
+    assert not any(n.endswith(".bias") for n in names)  # linear layers and LayerNorms
+    assert m.blocks[0].mlp.act.approximate == "none"
+    opt, _ = seam.build_optimizer(m, cfg)
+    assert [g["betas"] for g in opt.param_groups] == [(0.9, 0.99)] * 2
+    # decay_1d (how checkpoints from before the split were trained): one group decays all
+    from dataclasses import replace
+
+    opt, _ = seam.build_optimizer(m, replace(cfg, decay_1d=True))
+    assert len(opt.param_groups) == 1 and opt.param_groups[0]["weight_decay"] == 0.1
+
+
+@needs_model
+def test_weight_decay_leaves_1d_parameters_alone():
+    # With zero gradients Adam's step is zero: only the decay, p *= 1 - lr * wd, moves one.
+    from ignis_autograd.demo import model as seam
+
+    cfg = _cfg(
+        [
+            "--dim",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--context",
+            "8",
+            "--weight-decay",
+            "0.5",
+            "--lr",
+            "0.1",
+            "--min-lr",
+            "0.1",
+        ]
+    )
+    ignis.random.seed(0)
+    m = seam.build_model(cfg, 11, "cpu")
+    opt, _ = seam.build_optimizer(m, cfg)
+    params = dict(m.named_parameters())
+    before = {n: np.array(p.data.to_host()) for n, p in params.items()}
+    for p in params.values():
+        p.grad = ignis.zeros(p.shape, dtype=p.dtype, device="cpu")
+    lr = opt.param_groups[0]["lr"]  # the schedule's first (warm-up) value
+    assert lr > 0
+    opt.step()
+    for n, p in params.items():
+        after = np.asarray(p.data.to_host())
+        if p.ndim >= 2:
+            np.testing.assert_allclose(after, before[n] * (1 - lr * 0.5), rtol=1e-6, err_msg=n)
+        else:
+            np.testing.assert_array_equal(after, before[n], err_msg=n)
+
+
+@needs_model
+def test_bfloat16_loss_is_float32():
+    from dataclasses import replace
+
+    from ignis_autograd.demo import model as seam
+
+    cfg = replace(
+        _cfg(["--dim", "16", "--heads", "2", "--layers", "1", "--context", "8"]), dtype="bfloat16"
+    )
+    ignis.random.seed(0)
+    m = seam.build_model(cfg, 11, "cpu")
+    ids = np.random.default_rng(0).integers(0, 11, size=(2, 9))
+    loss = seam.loss_of(m, ids[:, :-1], ids[:, 1:], "cpu")
+    assert loss.dtype == ignis.float32 and m.tok_emb.weight.dtype == ignis.bfloat16
+    loss.backward()
+    assert np.isfinite(np.asarray(m.tok_emb.weight.grad.to_host(), dtype=np.float64)).all()
+
+
+@needs_model
+def test_evaluation_draws_fresh_batches_of_both_splits(text_file, monkeypatch):
+    from ignis_autograd.demo import data as data_mod
+    from ignis_autograd.demo.train import Trainer
+
+    cfg = _cfg(
+        [
+            "--dim",
+            "16",
+            "--heads",
+            "2",
+            "--layers",
+            "1",
+            "--context",
+            "8",
+            "--eval-batches",
+            "3",
+            "--batch-size",
+            "2",
+        ]
+    )
+    text = _text()
+    vocab = CharVocab.from_text(text)
+    ds = CharDataset(vocab.encode(text), cfg.context)
+    tr = Trainer(cfg, vocab, ds, "cpu", {"source": "t", "digest": "d"})
+    drawn = []
+    batch = data_mod.CharDataset.batch
+
+    def spy(self, split, n, gen):
+        x, y = batch(self, split, n, gen)
+        drawn.append((split, x.tobytes()))
+        return x, y
+
+    monkeypatch.setattr(data_mod.CharDataset, "batch", spy)
+    val0 = tr.evaluate(seconds=1.5)
+    first = list(drawn)
+    assert [s for s, _ in first] == ["train"] * 3 + ["val"] * 3
+    drawn.clear()
+    assert tr.evaluate() == val0 and drawn == first  # the same step: the same batches
+    drawn.clear()
+    tr.step = 1
+    tr.evaluate()
+    assert all(a != b for a, b in zip(drawn, first, strict=True))  # another step: fresh ones
+    (s0, t0, v0, sec0), _, (s1, _, _, _) = tr.history["eval"]
+    assert (s0, s1, sec0, v0) == (0, 1, 1.5, val0) and math.isfinite(t0)
+    assert [s for s, _ in tr.history["val"]] == [0, 0, 1]
+    assert tr.batches.get_state() == (cfg.seed + 1, 0)  # training's stream untouched
+
+
+@needs_model
+def test_metrics_file_lists_every_evaluation(tmp_path, text_file, capsys):
+    metrics = tmp_path / "m" / "metrics.json"
+    argv = [
+        *TINY,
+        "--text",
+        text_file,
+        "--steps",
+        "6",
+        "--eval-interval",
+        "3",
+        "--sample-tokens",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+        "--metrics",
+        str(metrics),
+    ]
+    code, stdout, err = _main(argv, capsys)
+    assert code == 0, err
+    doc = json.loads(metrics.read_text())
+    assert [e["step"] for e in doc["evals"]] == [3, 6]
+    for e in doc["evals"]:
+        assert set(e) == {"step", "train_loss", "val_loss", "seconds"}
+        assert math.isfinite(e["train_loss"]) and math.isfinite(e["val_loss"])
+        assert e["seconds"] > 0
+    assert doc["evals"][0]["seconds"] < doc["evals"][1]["seconds"]
+    assert doc["ms_per_step_median"] > 0 and doc["steps_timed"] == 6
+    assert "train-split loss" in stdout and "held-out loss" in stdout
+    assert f"metrics in {metrics}" in stdout
+    meta = json.loads((tmp_path / "run" / "checkpoint.json").read_text())
+    assert meta["history"]["val"][-1][1] == doc["evals"][-1]["val_loss"]
+    # a resumed run continues the list and the training time
+    code, _, err = _main([*argv, "--steps", "9", "--resume"], capsys)
+    assert code == 0, err
+    doc2 = json.loads(metrics.read_text())
+    assert [e["step"] for e in doc2["evals"]] == [3, 6, 9]
+    assert doc2["evals"][:2] == doc["evals"]
+    assert doc2["evals"][2]["seconds"] > doc["evals"][1]["seconds"]
+
+
+@needs_model
+def test_no_bias_gelu_beta2_run_and_resume(tmp_path, text_file, capsys):
+    common = [
+        *TINY,
+        "--text",
+        text_file,
+        "--sample-tokens",
+        "0",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--no-bias",
+        "--activation",
+        "gelu",
+        "--beta2",
+        "0.99",
+    ]
+    assert _main([*common, "--steps", "3"], capsys)[0] == 0
+    meta = json.loads((tmp_path / "checkpoint.json").read_text())
+    assert meta["config"]["bias"] is False and meta["config"]["activation"] == "gelu"
+    weights = _load_weights(str(tmp_path / "checkpoint.safetensors"))
+    assert not any(k.endswith(".bias") for k in weights)
+    code, stdout, err = _main([*common, "--steps", "5", "--resume"], capsys)
+    assert code == 0 and "done: step 5/5" in stdout, err
+    code, _, err = _main(
+        [
+            *TINY,
+            "--text",
+            text_file,
+            "--quiet",
+            "--out",
+            str(tmp_path),
+            "--resume",
+            "--steps",
+            "6",
+            "--activation",
+            "gelu_tanh",
+        ],
+        capsys,
+    )
+    assert code == 1 and "activation = 'gelu_tanh' differs from the checkpoint's 'gelu'" in err
+
+
+@needs_model
+def test_a_checkpoint_from_before_the_new_fields_resumes(tmp_path, text_file, capsys):
+    # Such a checkpoint lacks beta2/bias/activation/decay_1d, the train-split evaluations and
+    # the training time, and its optimizer has one group that decays every parameter.
+    from ignis_autograd.demo.config import DemoConfig
+    from ignis_autograd.demo.train import RunOptions, run
+
+    cfg = DemoConfig(
+        context=16,
+        dim=16,
+        n_layers=1,
+        n_heads=2,
+        batch_size=4,
+        steps=3,
+        warmup_steps=0,
+        eval_interval=3,
+        eval_batches=1,
+        decay_1d=True,
+    )
+    run(
+        cfg,
+        RunOptions(
+            out_dir=str(tmp_path),
+            device="cpu",
+            text_path=text_file,
+            sample_tokens=0,
+            quiet=True,
+            stream=io.StringIO(),
+        ),
+    )
+    path = tmp_path / "checkpoint.json"
+    meta = json.loads(path.read_text())
+    assert len(meta["optimizer"]["param_groups"]) == 1
+    for key in ("beta2", "bias", "activation", "decay_1d"):
+        del meta["config"][key]
+    del meta["history"]["eval"], meta["train_seconds"]
+    path.write_text(json.dumps(meta))
+    metrics = tmp_path / "m.json"
+    code, stdout, err = _main(
+        [
+            "--device",
+            "cpu",
+            "--text",
+            text_file,
+            "--out",
+            str(tmp_path),
+            "--resume",
+            "--steps",
+            "5",
+            "--quiet",
+            "--sample-tokens",
+            "0",
+            "--metrics",
+            str(metrics),
+        ],
+        capsys,
+    )
+    assert code == 0 and "done: step 5/5" in stdout, err
+    meta = json.loads(path.read_text())
+    assert meta["config"]["decay_1d"] is True and meta["config"]["activation"] == "gelu_tanh"
+    assert [e["step"] for e in json.loads(metrics.read_text())["evals"]] == [5]
+
+
+# --- the side-by-side benchmark (benchmarks/shakespeare_char.py): its CPU paths -----------------
+
+
+@needs_model
+def test_shakespeare_char_benchmark_smoke_on_the_cpu(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    path = os.path.join(_ROOT, "benchmarks", "shakespeare_char.py")
+    spec = importlib.util.spec_from_file_location("shakespeare_char_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look themselves up
+    spec.loader.exec_module(bench)
+    text = tmp_path / "text.txt"
+    text.write_text(_text(), encoding="utf-8")
+    out = tmp_path / "rows.json"
+    before = ignis.get_default_device()
+    try:
+        code = bench.main(
+            [
+                "--device",
+                "cpu",
+                "--text",
+                str(text),
+                "--steps",
+                "4",
+                "--layers",
+                "1",
+                "--dim",
+                "16",
+                "--heads",
+                "2",
+                "--context",
+                "8",
+                "--batch-size",
+                "2",
+                "--eval-batches",
+                "2",
+                "--eval-interval",
+                "2",
+                "--json",
+                str(out),
+                "--quiet",
+            ]
+        )
+    finally:
+        ignis.set_default_device(None)
+        if ignis.get_default_device() != before:
+            ignis.set_default_device(before)
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert (
+        "| contender | best held-out loss | wall s (incl. compilation) | median ms/step |" in stdout
+    )
+    rows = {r["name"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == list(bench.CONTENDERS)
+    eager = rows["ignis-eager"]
+    assert [e["step"] for e in eager["evals"]] == [2, 4]
+    assert math.isfinite(eager["best_val"]) and eager["ms_per_step"] > 0
+    assert "CUDA graphs need a GPU" in rows["ignis-graph"]["note"]
+    # the plan is shared: the same seed gives the same batches; lr_at is WarmupCosine's
+    cfg = bench.build_config(SimpleArgs(steps=10), "cpu")
+    plan_a, plan_b = bench.make_plan(_text(), cfg, 1), bench.make_plan(_text(), cfg, 1)
+    np.testing.assert_array_equal(plan_a.train_starts, plan_b.train_starts)
+    assert plan_a.eval_steps == [10] and cfg.dropout == 0.2 and cfg.dtype == "float32"
+    assert bench.lr_at(0, cfg) == pytest.approx(cfg.lr / cfg.warmup_steps)
+    assert bench.lr_at(cfg.steps, cfg) == cfg.min_lr
+
+
+class SimpleArgs:
+    """The benchmark's flags, all left out except those given."""
+
+    def __init__(self, **given):
+        for name in (
+            "steps",
+            "eval_interval",
+            "eval_batches",
+            "layers",
+            "dim",
+            "heads",
+            "context",
+            "batch_size",
+            "dropout",
+            "dtype",
+            "seed",
+        ):
+            setattr(self, name, given.get(name))

@@ -5,6 +5,7 @@ Example::
     $ ignis-demo                         # GPU when present, else a small CPU run (~10 s)
     $ ignis-demo --device cpu --steps 50 --out /tmp/run
     $ ignis-demo --out /tmp/run --resume --steps 100
+    $ ignis-demo --preset shakespeare_char --text tinyshakespeare.txt --metrics m.json
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import ignis
 
-from .config import DemoConfig, default_config
+from .config import PRESETS, DemoConfig, default_config, preset_config
 from .data import DemoError
 from .train import DEFAULT_OUT_DIR, DemoInterrupted, RunOptions, run
 
@@ -41,6 +42,9 @@ _CONFIG_FLAGS = {
     "eval_interval": "eval_interval",
     "eval_batches": "eval_batches",
     "log_interval": "log_interval",
+    "beta2": "beta2",
+    "bias": "bias",
+    "activation": "activation",
 }
 
 
@@ -92,8 +96,10 @@ def _defaults_text() -> str:
             ("--min-lr", "min_lr"),
             ("--warmup", "warmup_steps"),
             ("--weight-decay", "weight_decay"),
+            ("--beta2", "beta2"),
             ("--grad-clip", "grad_clip"),
             ("--dtype", "dtype"),
+            ("--activation", "activation"),
             ("--seed", "seed"),
             ("--eval-interval", "eval_interval"),
             ("--eval-batches", "eval_batches"),
@@ -102,6 +108,12 @@ def _defaults_text() -> str:
     ]
     lines = ["defaults (on a GPU / on the CPU):"]
     lines += [f"  {flag:<16} {g!s:>8} / {c!s}" for flag, g, c in rows]
+    lines.append(
+        "Biases are on (--no-bias drops them); weight decay applies to tensors of two or more\n"
+        "dimensions only. --preset NAME starts from a named config instead of these defaults\n"
+        f"(flags given beside it still apply): {', '.join(sorted(PRESETS))}."
+    )
+    lines.append(_preset_text())
     lines.append("With --resume the checkpoint's settings apply; --steps may extend the run.")
     lines.append(
         "Ctrl-C saves a checkpoint and exits with status 130; continue with --resume.\n"
@@ -109,6 +121,21 @@ def _defaults_text() -> str:
         "cost more than they gain); OPENBLAS_NUM_THREADS=N in the environment overrides it."
     )
     return "\n".join(lines)
+
+
+def _preset_text() -> str:
+    cfg = PRESETS["shakespeare_char"]
+    return (
+        "  shakespeare_char: nanoGPT's config/train_shakespeare_char.py: "
+        f"{cfg.n_layers} layers, {cfg.n_heads} heads,\n"
+        f"    dim {cfg.dim}, context {cfg.context}, batch {cfg.batch_size}, dropout "
+        f"{cfg.dropout}, no biases, exact GELU, AdamW lr {cfg.lr:g}\n"
+        f"    betas (0.9, {cfg.beta2}), weight decay {cfg.weight_decay} on 2-D weights, clip "
+        f"{cfg.grad_clip}, {cfg.warmup_steps} warm-up steps\n"
+        f"    then cosine to {cfg.min_lr:g} over {cfg.steps} steps, evaluation every "
+        f"{cfg.eval_interval} steps on {cfg.eval_batches} batches\n"
+        "    of each split; bfloat16 on a GPU, float32 on the CPU (give the text with --text)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(the schedule still spans --steps)",
     )
     run_g.add_argument("--quiet", action="store_true", help="print only the final summary")
+    run_g.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="start from a named config (see below) instead of the device's defaults",
+    )
 
     m = p.add_argument_group("model")
     m.add_argument("--context", type=_int_at_least(2), help="tokens per sequence")
@@ -159,6 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--heads", type=_int_at_least(1), help="attention heads (must divide --dim)")
     m.add_argument("--dropout", type=_float_in(0.0, 0.99), help="dropout probability")
     m.add_argument("--dtype", choices=("float32", "bfloat16"), help="parameter dtype")
+    m.add_argument(
+        "--no-bias",
+        dest="bias",
+        action="store_false",
+        default=None,
+        help="no biases in the linear layers and LayerNorms (nanoGPT's bias=False)",
+    )
+    m.add_argument(
+        "--activation",
+        choices=("gelu", "gelu_tanh"),
+        help="the MLP's GELU: exact (erf, nanoGPT's) or GPT-2's tanh approximation",
+    )
     m.add_argument(
         "--no-tf32",
         action="store_true",
@@ -171,13 +215,34 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--lr", type=_float_in(0.0, low_open=True), help="peak learning rate")
     o.add_argument("--min-lr", type=_float_in(0.0), help="final learning rate of the cosine")
     o.add_argument("--warmup", type=_int_at_least(0), help="linear warm-up steps")
-    o.add_argument("--weight-decay", type=_float_in(0.0), help="AdamW decoupled weight decay")
+    o.add_argument(
+        "--weight-decay",
+        type=_float_in(0.0),
+        help="AdamW decoupled weight decay, on tensors of 2 or more dimensions (embeddings, "
+        "linear weights; not biases or norm weights)",
+    )
+    o.add_argument(
+        "--beta2",
+        type=_float_in(0.0, 1.0),
+        help="AdamW's second-moment decay, in [0, 1) (beta1 is 0.9; nanoGPT uses 0.99)",
+    )
     o.add_argument("--grad-clip", type=_float_in(0.0), help="max gradient norm (0: off)")
     o.add_argument("--seed", type=_int_at_least(0), help="seed of weights, batches, dropout")
 
     e = p.add_argument_group("evaluation and output")
     e.add_argument("--eval-interval", type=_int_at_least(1), help="steps between evaluations")
-    e.add_argument("--eval-batches", type=_int_at_least(1), help="held-out batches per evaluation")
+    e.add_argument(
+        "--eval-batches",
+        type=_int_at_least(1),
+        help="random batches of each split (training, held-out) per evaluation, drawn anew "
+        "each time",
+    )
+    e.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="write a JSON of every evaluation (step, train_loss, val_loss, seconds) and the "
+        "median ms per step; rewritten after each evaluation",
+    )
     e.add_argument("--log-interval", type=_int_at_least(1), help="steps between loss lines")
     e.add_argument(
         "--sample-tokens",
@@ -219,7 +284,9 @@ def _config(args: argparse.Namespace, device: str) -> tuple[DemoConfig, dict[str
         for dest, field in _CONFIG_FLAGS.items()
         if getattr(args, dest) is not None
     }
-    cfg = replace(default_config("cuda" if device.startswith("cuda") else "cpu"), **changed)
+    device_type = "cuda" if device.startswith("cuda") else "cpu"
+    base = preset_config(args.preset, device_type) if args.preset else default_config(device_type)
+    cfg = replace(base, **changed)
     if "steps" in changed:
         # Fit the derived intervals to a short run unless they were given.
         steps = changed["steps"]
@@ -239,6 +306,10 @@ def _config(args: argparse.Namespace, device: str) -> tuple[DemoConfig, dict[str
         raise DemoError(
             f"--warmup {cfg.warmup_steps} must be less than --steps {cfg.steps} (the cosine "
             "decay follows the warm-up)"
+        )
+    if cfg.beta2 >= 1.0:
+        raise DemoError(
+            f"--beta2 must be less than 1 (AdamW's betas are in [0, 1)), got {cfg.beta2}"
         )
     if cfg.min_lr > cfg.lr:
         raise DemoError(f"--min-lr {cfg.min_lr} is larger than --lr {cfg.lr}")
@@ -275,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         quiet=args.quiet,
         tf32=not args.no_tf32,
         changed=changed,
+        metrics_path=args.metrics,
     )
     try:
         run(cfg, opts)

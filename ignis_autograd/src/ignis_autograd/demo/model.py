@@ -19,6 +19,7 @@ from .config import DemoConfig
 __all__ = [
     "build_model",
     "build_optimizer",
+    "param_groups",
     "loss_of",
     "current_lr",
     "save_tensors",
@@ -35,23 +36,46 @@ def build_model(cfg: DemoConfig, vocab_size: int, device: str) -> Any:
     """
     from .. import nn
 
-    # GPT-2's tanh-approximated GELU: as good for training and much cheaper than the exact one
-    # on the CPU backend.
+    # The default is GPT-2's tanh-approximated GELU: as good for training and much cheaper than
+    # the exact one on the CPU backend.
     return nn.GPT(
         vocab_size, cfg.context, cfg.dim, cfg.n_layers, cfg.n_heads, cfg.dropout,
-        activation="gelu_tanh", device=device, dtype=cfg.dtype,
+        activation=cfg.activation, device=device, dtype=cfg.dtype, bias=cfg.bias,
     )
 
 
+def param_groups(model: Any, cfg: DemoConfig) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: ``cfg.weight_decay`` on the parameters of two or more
+    dimensions (embeddings, linear weights), none on the others (biases, norm weights), as
+    GPT-2 and nanoGPT do; one group decaying everything when ``cfg.decay_1d``.
+
+    Example: ``[{"params": [tok_emb.weight, ...], "weight_decay": 0.1}, {"params": [norm
+    weights, biases], "weight_decay": 0.0}]`` (an empty group is left out).
+    """
+    params = list(model.parameters())
+    if cfg.decay_1d:
+        return [{"params": params, "weight_decay": cfg.weight_decay}]
+    decay = [p for p in params if p.ndim >= 2]
+    rest = [p for p in params if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": rest, "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
 def build_optimizer(model: Any, cfg: DemoConfig) -> tuple[Any, Any]:
-    """``(AdamW, WarmupCosine)`` over the model's parameters.
+    """``(AdamW, WarmupCosine)`` over the model's parameters, in the groups of
+    :func:`param_groups`, with betas ``(0.9, cfg.beta2)``.
 
     With bfloat16 parameters the optimizer keeps float32 master weights (AdamW's default).
     """
     from .. import optim
 
-    params = list(model.parameters())
-    opt = optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, master_weights=True)
+    opt = optim.AdamW(
+        param_groups(model, cfg), lr=cfg.lr, betas=(0.9, cfg.beta2),
+        weight_decay=cfg.weight_decay, master_weights=True,
+    )
     sched = optim.WarmupCosine(opt, cfg.warmup_steps, cfg.steps, cfg.min_lr)
     return opt, sched
 
@@ -65,11 +89,19 @@ def clip_gradients(model: Any, max_norm: float) -> None:
 
 
 def loss_of(model: Any, inputs: np.ndarray, targets: np.ndarray, device: str) -> Any:
-    """Mean next-token cross-entropy (a scalar Tensor) of a host batch of ids."""
+    """Mean next-token cross-entropy (a float32 scalar Tensor, nats per token) of a host batch
+    of ids.
+
+    Logits of another dtype (bfloat16) are widened to float32 first, as PyTorch's autocast
+    does for the loss: the loss and its gradient into the logits are then float32, not
+    rounded to 8 mantissa bits.
+    """
     x = ignis.from_host(inputs, dtype="int64", device=device)
     y = ignis.from_host(targets, dtype="int64", device=device)
     logits = model(x)
     vocab = logits.shape[-1]
+    if logits.dtype != ignis.float32:
+        logits = logits.astype("float32")
     return cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
 
 

@@ -12,7 +12,20 @@ Reproducibility: the weights come from ``ignis.random`` seeded with ``seed``; th
 an ``ignis.random.Generator(seed + 1)``; dropout from the default ``ignis.random`` stream. A
 checkpoint stores both streams' ``(seed, offset)`` with the optimizer and schedule state, so a
 resumed run continues exactly where an uninterrupted one would be (on the same device).
-Evaluation and sampling use streams of their own and never disturb training.
+Evaluation and sampling use streams of their own and never disturb training: an evaluation
+after step ``s`` draws its batches of both splits from ``Generator(seed + 2)`` at block offset
+``s * 2**32`` (fresh batches at every evaluation, the same ones for the same step, so a resumed
+run evaluates on what the uninterrupted one did, with no state to store).
+
+Metrics (``RunOptions.metrics_path``): a JSON file rewritten after every evaluation::
+
+    {"evals": [{"step": 250, "train_loss": 1.98, "val_loss": 2.07, "seconds": 41.2}, ...],
+     "ms_per_step_median": 20.5, ...}
+
+``seconds``: training time up to that evaluation (evaluations and saves left out; summed over
+resumed runs). ``ms_per_step_median``: the median time of one step in this run, in
+milliseconds, measured between loss reads (on a GPU every few steps; a read waits for the
+device, so the time is the device's, not only the host's).
 
 Ctrl-C (SIGINT) asks the loop to stop after the current step: it evaluates, saves the
 checkpoint, says so and raises :class:`DemoInterrupted` (no sample, no summary; the command
@@ -23,6 +36,7 @@ save stopped between two renames would leave weights that do not match the JSON.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -63,6 +77,7 @@ __all__ = [
     "DEFAULT_OUT_DIR",
     "SAMPLE_FILE",
     "PLOT_FILE",
+    "EVAL_STRIDE",
 ]
 
 # Relative: the outputs land where the demo is run, in sight (the repository's .gitignore
@@ -70,6 +85,9 @@ __all__ = [
 DEFAULT_OUT_DIR = "ignis-demo-out"
 SAMPLE_FILE = "sample.txt"
 PLOT_FILE = "loss.png"
+#: Philox blocks between the evaluation streams of consecutive steps (one evaluation of 200
+#: batches of 64 from each split uses about 13,000).
+EVAL_STRIDE = 2**32
 
 
 @dataclass
@@ -90,6 +108,8 @@ class RunOptions:
     default). ``stream``: where lines go (stdout);
     ``progress_stream``: where the bar is drawn (stderr, terminals only). ``changed``: the
     config fields given explicitly (a resumed run checks them against the checkpoint).
+    ``metrics_path``: a JSON file of the evaluations and step time (see the module notes;
+    None: none).
     """
 
     out_dir: str = DEFAULT_OUT_DIR
@@ -108,12 +128,15 @@ class RunOptions:
     stream: TextIO | None = None
     progress_stream: TextIO | None = None
     changed: dict[str, Any] = field(default_factory=dict)
+    metrics_path: str | None = None
 
 
 @dataclass
 class RunResult:
     """What a run did: the last ``step``, the loss curves (``(step, nats per token)``),
-    the final held-out loss, the sample text, seconds spent training and tokens per second."""
+    the final held-out loss, the sample text, seconds spent training and tokens per second;
+    ``evals``: every evaluation as in the metrics file; ``ms_per_step_median``: this run's
+    median step time in milliseconds (None: no step was timed)."""
 
     step: int
     train_losses: list[tuple[int, float]]
@@ -124,6 +147,8 @@ class RunResult:
     tokens_per_second: float
     out_dir: str
     config: DemoConfig
+    evals: list[dict[str, float]] = field(default_factory=list)
+    ms_per_step_median: float | None = None
 
 
 class _Printer:
@@ -268,6 +293,8 @@ def _resume_config(saved: DemoConfig, changed: dict[str, Any]) -> DemoConfig:
         "seed",
         "dropout",
         "grad_clip",
+        "beta2",
+        "decay_1d",
     ):
         if name in changed and changed[name] != getattr(saved, name):
             raise DemoError(
@@ -288,8 +315,13 @@ class Trainer:
     evaluation, sampling, and the checkpoint's contents.
 
     Construction seeds ``ignis.random`` with ``cfg.seed`` and builds the model from it; the
-    batches come from ``Generator(seed + 1)``, evaluation batches from ``seed + 2`` (the same
-    batches every evaluation) and samples from ``seed + 3``.
+    batches come from ``Generator(seed + 1)``, evaluation batches from ``seed + 2`` (at an
+    offset given by the step: fresh batches at each evaluation) and samples from ``seed + 3``.
+
+    ``history``: ``"train"`` (step, training loss) per step, ``"val"`` (step, held-out loss)
+    and ``"eval"`` (step, train-split loss, held-out loss, training seconds) per evaluation.
+    ``step_ms``: one entry per timed step of this run (milliseconds). ``train_seconds``:
+    training time so far, over resumed runs too.
     """
 
     def __init__(
@@ -307,8 +339,10 @@ class Trainer:
         self.opt, self.sched = seam.build_optimizer(self.model, cfg)
         self.batches = ignis.random.Generator(cfg.seed + 1)
         self.step = 0
-        self.history: dict[str, list[tuple[int, float]]] = {"train": [], "val": []}
+        self.history: dict[str, list[tuple[Any, ...]]] = {"train": [], "val": [], "eval": []}
         self.n_params = int(self.model.num_parameters())
+        self.step_ms: list[float] = []
+        self.train_seconds = 0.0
 
     def restore(self, ck: Checkpoint) -> None:
         """Continue from ``ck``: weights, optimizer and schedule state, both random streams."""
@@ -321,9 +355,13 @@ class Trainer:
         self.batches.set_state(tuple(ck.meta["rng"]["batches"]))
         ignis.random.set_state(tuple(ck.meta["rng"]["dropout"]))
         self.step = int(ck.meta["step"])
-        self.history = {
-            k: [(int(s), float(v)) for s, v in pts] for k, pts in ck.meta["history"].items()
-        }
+        saved = ck.meta["history"]
+        self.history = {k: [(int(s), float(v)) for s, v in saved[k]] for k in ("train", "val")}
+        # Checkpoints from before the train-split evaluation have no "eval" entries.
+        self.history["eval"] = [
+            (int(s), float(t), float(v), float(sec)) for s, t, v, sec in saved.get("eval", [])
+        ]
+        self.train_seconds = float(ck.meta.get("train_seconds", 0.0))
 
     def train_step(self) -> Any:
         """One optimizer step on a fresh batch; returns its loss, a device scalar (nats per
@@ -343,22 +381,66 @@ class Trainer:
         """Add a training loss to the history."""
         self.history["train"].append((step, value))
 
-    def evaluate(self) -> float:
-        """Mean held-out loss over ``eval_batches`` fixed batches, recorded in the history."""
+    def evaluate(self, seconds: float | None = None) -> float:
+        """Mean losses over ``eval_batches`` fresh random batches of each split (nanoGPT's
+        ``estimate_loss``), recorded in the history with ``seconds`` (training time so far;
+        None: :attr:`train_seconds`); returns the held-out one (nats per token).
+
+        Each batch's loss is a float32 device scalar; a split's losses are read back together
+        (one wait for the device) and averaged in float64.
+        """
         cfg = self.cfg
         gen = ignis.random.Generator(cfg.seed + 2)
+        gen.set_state((cfg.seed + 2, self.step * EVAL_STRIDE))
+        means = {}
         self.model.eval()
-        total = 0.0
         try:
             with no_grad():
-                for _ in range(cfg.eval_batches):
-                    x, y = self.data.batch("val", cfg.batch_size, gen)
-                    total += float(seam.loss_of(self.model, x, y, self.device).item())
+                for split in ("train", "val"):
+                    losses = []
+                    for _ in range(cfg.eval_batches):
+                        x, y = self.data.batch(split, cfg.batch_size, gen)
+                        losses.append(seam.loss_of(self.model, x, y, self.device).data)
+                    host = np.asarray(ignis.stack(losses).to_host(), dtype=np.float64)
+                    means[split] = float(host.mean())
         finally:
             self.model.train()
-        value = total / cfg.eval_batches
-        self.history["val"].append((self.step, value))
-        return value
+        if seconds is None:
+            seconds = self.train_seconds
+        self.history["val"].append((self.step, means["val"]))
+        self.history["eval"].append((self.step, means["train"], means["val"], float(seconds)))
+        return means["val"]
+
+    @property
+    def ms_per_step_median(self) -> float | None:
+        """The median of :attr:`step_ms` (None before the first timed step)."""
+        return float(np.median(self.step_ms)) if self.step_ms else None
+
+    def evals(self) -> list[dict[str, float]]:
+        """The evaluations as the metrics file lists them."""
+        return [
+            {"step": s, "train_loss": t, "val_loss": v, "seconds": sec}
+            for s, t, v, sec in self.history["eval"]
+        ]
+
+    def write_metrics(self, path: str) -> None:
+        """Write the metrics JSON (module notes) to ``path``, replacing it in one rename."""
+        doc = {
+            "evals": self.evals(),
+            "ms_per_step_median": self.ms_per_step_median,
+            "steps_timed": len(self.step_ms),
+            "step": self.step,
+            "n_parameters": self.n_params,
+            "device": self.device,
+            "config": self.cfg.to_dict(),
+        }
+        folder = os.path.dirname(os.path.abspath(path))
+        os.makedirs(folder, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
 
     def sample(self, prompt_ids: np.ndarray, n: int, temperature: float, top_k: int | None) -> str:
         """The prompt and ``n`` generated characters."""
@@ -381,6 +463,7 @@ class Trainer:
             },
             "scheduler": self.sched.state_dict(),
             "history": {k: [list(p) for p in v] for k, v in self.history.items()},
+            "train_seconds": self.train_seconds,
             "n_parameters": self.n_params,
             "device": self.device,
         }
@@ -413,7 +496,9 @@ def _train(
     training, not counting evaluations and saves; tokens trained on).
 
     On a GPU the losses are read every few steps rather than after each one: reading one
-    waits for its step to finish, and the host would then sit idle while the device runs.
+    waits for its step to finish, and the host would then sit idle while the device runs. The
+    time between two reads, over the steps read, is each of those steps' time
+    (``tr.step_ms``); the stretch after an evaluation starts at its end.
 
     Ctrl-C (``stop``): the step in flight finishes, is evaluated and saved, and
     :class:`DemoInterrupted` is raised; see the module notes.
@@ -425,8 +510,11 @@ def _train(
     aside = 0.0  # seconds of evaluation and saving, left out of the training time
     tokens = 0
     saved = tr.step if opts.resume else None  # step of the checkpoint this run stands on
+    seconds_before = tr.train_seconds
+    mark = t_start  # the start of the stretch of steps the next read times
 
     def read_losses() -> float:
+        nonlocal mark
         value = float("nan")
         for step, loss in pending:
             value = float(loss.item())
@@ -437,6 +525,10 @@ def _train(
                     f"training diverged at step {step} (loss {value}); try a smaller --lr"
                 )
             bar.update(step, value, cfg.tokens_per_step)
+        if pending:
+            now = time.perf_counter()
+            tr.step_ms.extend([(now - mark) * 1e3 / len(pending)] * len(pending))
+            mark = now
         pending.clear()
         return value
 
@@ -459,11 +551,20 @@ def _train(
                 )
             if evaluate:
                 t0 = time.perf_counter()
-                say(f"step {step:>6}/{cfg.steps} | held-out loss {tr.evaluate():.4f}")
+                tr.train_seconds = seconds_before + (t0 - t_start - aside)
+                val = tr.evaluate()
+                train_split = tr.history["eval"][-1][1]
+                say(
+                    f"step {step:>6}/{cfg.steps} | train-split loss {train_split:.4f} | "
+                    f"held-out loss {val:.4f}"
+                )
                 with stop.saving():
                     tr.save(opts.out_dir)
+                if opts.metrics_path:
+                    tr.write_metrics(opts.metrics_path)
                 saved = step
-                aside += time.perf_counter() - t0
+                mark = time.perf_counter()
+                aside += mark - t0
                 if stop.requested:  # Ctrl-C before or during this evaluation and save
                     _say_interrupted(say, step, opts.out_dir)
                     raise DemoInterrupted(step, opts.out_dir)
@@ -478,7 +579,9 @@ def _train(
         )
         say(f"interrupted again: stopped after step {tr.step}; {where}", always=True)
         raise DemoInterrupted(saved, opts.out_dir) from None
-    return time.perf_counter() - t_start - aside, tokens
+    train_time = time.perf_counter() - t_start - aside
+    tr.train_seconds = seconds_before + train_time
+    return train_time, tokens
 
 
 def _say_interrupted(say: _Printer, step: int, out_dir: str) -> None:
@@ -549,6 +652,8 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
                 tr.evaluate()  # nothing was trained: evaluate the checkpoint as it is
                 with stop.saving():
                     tr.save(opts.out_dir)
+                if opts.metrics_path:
+                    tr.write_metrics(opts.metrics_path)
                 if stop.requested:
                     _say_interrupted(say, tr.step, opts.out_dir)
                     raise DemoInterrupted(tr.step, opts.out_dir)
@@ -563,6 +668,8 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
             say(sample)
             say("-" * 71)
 
+    if opts.metrics_path:
+        tr.write_metrics(opts.metrics_path)  # with the last step times
     history = tr.history
     step = tr.step
     tps = tokens / train_time if train_time > 0 else 0.0
@@ -576,7 +683,8 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
     say(
         f"wrote {os.path.join(opts.out_dir, WEIGHTS_FILE)}, {META_FILE}, {OPTIMIZER_FILE}"
         + (f", {SAMPLE_FILE}" if sample else "")
-        + (f", {PLOT_FILE}" if plotted else " (no loss.png: matplotlib is not installed)"),
+        + (f", {PLOT_FILE}" if plotted else " (no loss.png: matplotlib is not installed)")
+        + (f"; metrics in {opts.metrics_path}" if opts.metrics_path else ""),
         always=True,
     )
     return RunResult(
@@ -589,4 +697,6 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
         tokens_per_second=tps,
         out_dir=opts.out_dir,
         config=cfg,
+        evals=tr.evals(),
+        ms_per_step_median=tr.ms_per_step_median,
     )

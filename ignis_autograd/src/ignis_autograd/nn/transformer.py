@@ -32,9 +32,9 @@ from .module import Module
 __all__ = ["TransformerBlock", "GPT"]
 
 
-def _norm(kind: str, dim: int, device: Any, dtype: Any) -> Module:
+def _norm(kind: str, dim: int, device: Any, dtype: Any, bias: bool = True) -> Module:
     if kind == "layernorm":
-        return LayerNorm(dim, device=device, dtype=dtype)
+        return LayerNorm(dim, bias=bias, device=device, dtype=dtype)
     if kind == "rmsnorm":
         return RMSNorm(dim, device=device, dtype=dtype)
     raise ValueError(f"norm must be 'layernorm' or 'rmsnorm', got {kind!r}")
@@ -51,6 +51,8 @@ class TransformerBlock(Module):
         dropout: attention-weight, attention-output and MLP-output dropout.
         norm: ``"layernorm"`` or ``"rmsnorm"``.
         rope: rotary position embeddings in the attention.
+        bias: biases in the attention's and the MLP's linear layers.
+        norm_bias: a bias in each LayerNorm (RMSNorm has none).
     """
 
     def __init__(
@@ -65,13 +67,14 @@ class TransformerBlock(Module):
         activation: str = "gelu",
         device: Any = None,
         dtype: Any = "float32",
+        norm_bias: bool = True,
     ):
         super().__init__()
-        self.norm1 = _norm(norm, dim, device, dtype)
+        self.norm1 = _norm(norm, dim, device, dtype, norm_bias)
         self.attn = CausalSelfAttention(
             dim, n_heads, dropout=dropout, bias=bias, rope=rope, device=device, dtype=dtype
         )
-        self.norm2 = _norm(norm, dim, device, dtype)
+        self.norm2 = _norm(norm, dim, device, dtype, norm_bias)
         hidden = positive_int(int(mlp_ratio * dim), "TransformerBlock", "mlp_ratio * dim")
         self.mlp = MLP(
             dim, hidden, activation=activation, dropout=dropout, bias=bias, device=device,
@@ -100,6 +103,8 @@ class GPT(Module):
         dim, n_layers, n_heads: width, depth, attention heads.
         dropout: dropout probability throughout (training only).
         mlp_ratio, norm, rope, activation: passed to every :class:`TransformerBlock`.
+        bias: biases in every linear layer and LayerNorm (``False``: none, as nanoGPT's
+            ``bias=False``; ``lm_head`` never has one).
         device, dtype: of the parameters.
     """
 
@@ -118,6 +123,7 @@ class GPT(Module):
         activation: str = "gelu",
         device: Any = None,
         dtype: Any = "float32",
+        bias: bool = True,
     ):
         super().__init__()
         self.vocab_size = positive_int(vocab_size, "GPT", "vocab_size")
@@ -128,12 +134,12 @@ class GPT(Module):
         self.drop = Dropout(dropout)
         self.blocks = ModuleList(
             TransformerBlock(
-                dim, n_heads, mlp_ratio, dropout, norm, rope, activation=activation,
-                device=device, dtype=dtype,
+                dim, n_heads, mlp_ratio, dropout, norm, rope, bias=bias, activation=activation,
+                device=device, dtype=dtype, norm_bias=bias,
             )
             for _ in range(n_layers)
         )
-        self.norm = _norm(norm, dim, device, dtype)
+        self.norm = _norm(norm, dim, device, dtype, bias)
         self.lm_head = Linear(dim, vocab_size, bias=False, device=device, dtype=dtype)
         self.tie_weights = tie_weights
         if tie_weights:
