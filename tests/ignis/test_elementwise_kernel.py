@@ -14,6 +14,11 @@ from ignis import CompileOptions, DTypeError, ElementwiseKernel, IgnisError, Sha
 GPU = pytest.mark.gpu
 
 
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
+
+
 def _needs_gpu():
     if not ignis.is_available():
         pytest.skip("needs a CUDA GPU")

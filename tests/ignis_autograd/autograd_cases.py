@@ -289,6 +289,7 @@ CASES: list[Case] = [
     ),
     # shape
     Case("reshape", lambda a: a.reshape(4, 3) * 1.5, lambda a: a.reshape(4, 3) * 1.5, (Arg(S),)),
+    Case("clone", lambda a: a.clone() * a, lambda a: a.clone() * a, (Arg(S),)),
     Case(
         "reshape_infer",
         lambda a: ag.reshape(a, (-1,)).exp(),

@@ -55,7 +55,10 @@ def test_case_table_covers_every_rule() -> None:
     from ignis_autograd._rules import RULES
 
     names = " ".join(CASE_IDS)
-    aliases = {"astype": None, "to": None}
+    # (the transposes are recorded only by a recorded backward pass, create_graph=True: their
+    # second derivatives are checked in test_higher_order_ops and test_higher_order_torch)
+    aliases = {"astype": None, "to": None, "getitem_transpose": None, "take_transpose": None,
+               "rope_transpose": None}
     missing = [
         r
         for r in RULES

@@ -913,7 +913,7 @@ def test_agrees_with_torch_autograd_function(rng: np.random.Generator) -> None:
     ours = [leaf(a, "cpu") for a in (xv, wv, bv)]
     theirs = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (xv, wv, bv)]
     ut = torch.tensor(u)
-    uo = Tensor.from_host(u, dtype="float64")
+    uo = Tensor.from_host(u, dtype="float64", device="cpu")
 
     def loss_ours(x, w, b):
         h = Linear.apply(x, w, b)

@@ -84,10 +84,10 @@ def test_capture_counts_blocks_and_leaves_the_generator_alone() -> None:
     x = ignis.ones((37,), device="cpu")
     draws = ignis.random.GraphDraws("cpu")
     with draws.capturing():
-        g.rand(10)  # 3 blocks
+        g.rand(10, device="cpu")  # 3 blocks
         ignis.nn.dropout(x, 0.3, generator=g)  # 10 blocks, from rel 3
-        g.randn(5, dtype="float64")  # 3 pairs x 4 words: 3 blocks
-        g.randint(0, 2**40, shape=(3,))  # 6 words: 2 blocks
+        g.randn(5, dtype="float64", device="cpu")  # 3 pairs x 4 words: 3 blocks
+        g.randint(0, 2**40, shape=(3,), device="cpu")  # 6 words: 2 blocks
     assert draws.blocks == {g: 18}
     assert g.get_state() == (5, 40)  # nothing ran: the replays advance it
     (slot,) = draws._slots.values()

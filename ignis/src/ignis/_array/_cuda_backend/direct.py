@@ -163,8 +163,9 @@ def binary_direct(
     strides: tuple[int, ...],
     nbytes: int,
 ) -> Callable[[Any, Any], NvArray | None] | None:
-    """See ``Backend.binary_direct``; None for an op without a kernel or an empty result."""
-    if op not in ew._BINARY_FUNCTOR or not nbytes:
+    """See ``Backend.binary_direct``; None for an op without a kernel, an empty result or
+    complex data (the prepared launches pack numbers, not complex structs)."""
+    if op not in ew._BINARY_FUNCTOR or not nbytes or "c" in (compute.kind, dtype.kind):
         return None
     n = nbytes // dtype.itemsize
     cname = compute.name
@@ -224,6 +225,8 @@ def unary_direct(
     functor = ew._UNARY_FUNCTOR.get(op)
     if functor is None or not nbytes or x_dtype.itemsize != dtype.itemsize:
         return None
+    if "c" in (compute.kind, dtype.kind, x_dtype.kind):  # (see binary_direct)
+        return None
     n = nbytes // dtype.itemsize
     v = 16 // dtype.itemsize
     kernel = ew.unary_contig_kernel(backend, functor, compute, dtype, x_dtype, v)
@@ -267,6 +270,8 @@ def reduce_direct(
     over every axis of a non-empty array."""
     axes = spec.axes
     if op not in _ONE_PASS or len(axes) != len(x_shape) or not _layout.numel(x_shape):
+        return None
+    if x_dtype.kind == "c":  # (see binary_direct)
         return None
     x_strides = _layout.contiguous_strides(x_shape, x_dtype.itemsize)
     shape, keep_shape, dtype, accumulate = spec.shape, spec.keep_shape, spec.dtype, spec.accumulate
