@@ -264,6 +264,8 @@ def _remember_fast(key: tuple[Any, ...], backend: Any, kernel: Kernel, grid: int
     """Keep ``kernel``'s prepared launch of ``grid`` blocks under ``key`` in ``_kernels`` for a
     fast path (the first launch went through ``kernel.launch``, which validated everything).
     At most ``_FAST_LIMIT`` of them: sizes that keep changing start the set over."""
+    if "complex" in kernel.name:
+        return  # (its scalars are complex structs, raw bytes the prepared launch does not convert)
     launch = kernel._prepared(backend.gpu, grid, BLOCK)
     if launch is None:
         return
