@@ -34,12 +34,13 @@ namespace ignis {
 // --- real math on the parts (float and double overloads; host builtins off the device) --------
 namespace cm {
 #if defined(__CUDA_ARCH__)
-#define IGNIS_CM_F(NAME, FN)                          \
-  IGNIS_CX float NAME(float x) { return FN##f(x); }   \
-  IGNIS_CX double NAME(double x) { return FN(x); }
-#define IGNIS_CM_F2(NAME, FN)                                     \
-  IGNIS_CX float NAME(float x, float y) { return FN##f(x, y); }   \
-  IGNIS_CX double NAME(double x, double y) { return FN(x, y); }
+// (::FN: the global math function; a plain FN(x) would be this overload calling itself)
+#define IGNIS_CM_F(NAME, FN)                            \
+  IGNIS_CX float NAME(float x) { return ::FN##f(x); }   \
+  IGNIS_CX double NAME(double x) { return ::FN(x); }
+#define IGNIS_CM_F2(NAME, FN)                                       \
+  IGNIS_CX float NAME(float x, float y) { return ::FN##f(x, y); }   \
+  IGNIS_CX double NAME(double x, double y) { return ::FN(x, y); }
 #else
 #define IGNIS_CM_F(NAME, FN)                                    \
   IGNIS_CX float NAME(float x) { return __builtin_##FN##f(x); } \

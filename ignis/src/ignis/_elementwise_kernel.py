@@ -392,7 +392,8 @@ class ElementwiseKernel:
         args: list[Any] = []
         for p, v in zip(params, values, strict=True):
             if isinstance(v, NvArray):
-                args.append(v)
+                # the element's address (bfloat16 arrays have no __cuda_array_interface__)
+                args.append(int(v._backend.data_ptr(v)))
                 if p.raw:
                     args.append(v.numel)
             elif types[p.name].kind == "c":  # (passed as its two parts)
