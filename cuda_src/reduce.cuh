@@ -48,6 +48,19 @@ template <class A> struct ConvertOut<bfloat16, A> {
 template <class A> struct ConvertOut<bool, A> {
   static IGNIS_DEV bool apply(A v) { return v != (A)0; }
 };
+// complex64 <-> complex128 (sum(x, dtype=complex128) of complex64 x): part by part
+template <> struct ConvertIn<complex128, complex64> {
+  static IGNIS_DEV complex128 apply(complex64 v) { return complex128(v.re, v.im); }
+};
+template <> struct ConvertIn<complex64, complex128> {
+  static IGNIS_DEV complex64 apply(complex128 v) { return complex64((float)v.re, (float)v.im); }
+};
+template <> struct ConvertOut<complex128, complex64> {
+  static IGNIS_DEV complex128 apply(complex64 v) { return complex128(v.re, v.im); }
+};
+template <> struct ConvertOut<complex64, complex128> {
+  static IGNIS_DEV complex64 apply(complex128 v) { return complex64((float)v.re, (float)v.im); }
+};
 template <class O, class A> IGNIS_DEV O cvt_out(A v) { return ConvertOut<O, A>::apply(v); }
 
 // --- limits --------------------------------------------------------------------------------------

@@ -346,6 +346,9 @@ def _reduction_names() -> list[str]:
             # the second pass of a split reduction reads partial results (acc_t) back
             acc = "int" if "AllOp" in op or "AnyOp" in op else t
             names.append(f"ignis::reduce_group<{acc}, {o}, ignis::PartialOp<{op}>, 1>")
+    # sum(x, dtype=) across precisions: complex64 accumulated in complex128 and back
+    for t, o in (("ignis::complex64", "ignis::complex128"), ("ignis::complex128", "ignis::complex64")):
+        names.append(f"ignis::reduce_group<{t}, {o}, ignis::SumOp<{o}>, 1>")
     return names
 
 
