@@ -264,7 +264,7 @@ def _remember_fast(key: tuple[Any, ...], backend: Any, kernel: Kernel, grid: int
     """Keep ``kernel``'s prepared launch of ``grid`` blocks under ``key`` in ``_kernels`` for a
     fast path (the first launch went through ``kernel.launch``, which validated everything).
     At most ``_FAST_LIMIT`` of them: sizes that keep changing start the set over."""
-    if "complex" in kernel.name:
+    if any(isinstance(k, str) and k.startswith("complex") for k in key):
         return  # (its scalars are complex structs, raw bytes the prepared launch does not convert)
     launch = kernel._prepared(backend.gpu, grid, BLOCK)
     if launch is None:
