@@ -17,10 +17,8 @@ reads, which wait for the device, over the steps in between; evaluations left ou
 
 ignis: bfloat16 parameters with float32 master weights in AdamW, logits widened to float32
 for the loss. PyTorch: float32 parameters under bfloat16 autocast, fused AdamW, TF32 allowed,
-``torch.compile`` of the model only (as nanoGPT). With dropout, the captured ignis step replays
-the dropout masks drawn at capture unless ``ignis.random`` survives graph capture (its state in
-device memory); its row says so when it trains with dropout: with fixed masks its loss is not
-comparable to the others'.
+``torch.compile`` of the model only (as nanoGPT). The captured ignis step draws fresh dropout
+masks at every replay (``ignis.random`` keeps its seed and offset in device memory).
 
 Run on a GPU machine with torch installed::
 
@@ -486,9 +484,6 @@ def main(argv: list[str] | None = None) -> int:
             c: Contender = Torch(cfg, plan, device, compiled=name == "torch-compile")
         else:
             c = Ignis(cfg, plan, device, graph=name == "ignis-graph")
-            if c.graph and cfg.dropout > 0:
-                # Until ignis.random keeps its state in device memory, a replay reuses them.
-                c.note = "dropout: masks as drawn at capture unless ignis.random is graph-safe"
         rows.append(train(c, plan, cfg, args.quiet))
         del c
         gc.collect()  # the previous contender's model, graph and optimizer state go first
