@@ -75,6 +75,9 @@ from ._memory import (
     reset_peak_memory_stats,
     set_memory_resource,
 )
+from ._profiler import KernelEvent, KernelSummary, Profile, profile
+from ._raw_module import RawModule
+from ._reduction_kernel import ReductionKernel
 from ._stream import Event, Stream, current_stream, default_stream
 from ._tuning import tuning
 

@@ -31,99 +31,31 @@ The CPU backend cannot run CUDA C++: a call with CPU arrays raises an error that
 
 from __future__ import annotations
 
-import keyword
-import re
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from . import _dtypes as dt
-from ._errors import DeviceMismatchError, DTypeError, IgnisError, ShapeError
+from ._errors import DTypeError, IgnisError, ShapeError
+from ._user_kernel import (
+    RAW_STRUCTS,
+    bind_types,
+    check_name,
+    check_unique,
+    default_cuda_device,
+    host_scalar,
+    import_arrays,
+    merge_dims,
+    parse_params,
+)
 
 __all__ = ["ElementwiseKernel"]
 
-_PARAM_RE = re.compile(r"^(?:(raw)\s+)?([A-Za-z_]\w*)\s+([A-Za-z_]\w*)$")
-_C_ALIASES = {"float": dt.float32, "double": dt.float64, "int": dt.int32}
-_RESERVED = {"i", "_ind", "_n"}
+_RESERVED = frozenset({"i", "_ind", "_n"})
 _MAX_DIMS = 16
 _BLOCK = 256
-
-
-class _Param(NamedTuple):
-    name: str
-    dtype: dt.DType | None  # None: a placeholder
-    placeholder: str | None
-    raw: bool
-    is_output: bool
-
-
-def _parse(spec: str, kernel: str, what: str, is_output: bool) -> list[_Param]:
-    if not isinstance(spec, str):
-        raise TypeError(
-            f"ElementwiseKernel {kernel!r}: {what} must be a string, got {type(spec).__name__}"
-        )
-    params = []
-    for part in [p.strip() for p in spec.split(",")] if spec.strip() else []:
-        m = _PARAM_RE.match(part)
-        if m is None:
-            raise ValueError(
-                f"ElementwiseKernel {kernel!r}: cannot parse the parameter {part!r} of "
-                f"{what} (expected '[raw] TYPE NAME', e.g. 'float32 x' or 'raw T y')"
-            )
-        raw, type_name, name = m.groups()
-        if name in _RESERVED or keyword.iskeyword(name):
-            raise ValueError(
-                f"ElementwiseKernel {kernel!r}: the parameter name {name!r} of {what} is "
-                f"reserved ({', '.join(sorted(_RESERVED))} are the kernel's own)"
-            )
-        dtype = _C_ALIASES.get(type_name)
-        if dtype is None:
-            try:
-                dtype = dt.as_dtype(type_name)
-            except (DTypeError, TypeError, ValueError):
-                dtype = None
-        params.append(_Param(name, dtype, None if dtype else type_name, bool(raw), is_output))
-    return params
-
-
-def _scalar_dtype(v: Any) -> dt.DType:
-    if isinstance(v, (bool, np.bool_)):
-        return dt.bool_
-    if isinstance(v, np.generic):
-        return dt.as_dtype(v.dtype)
-    if isinstance(v, int):
-        return dt.int64
-    if isinstance(v, float):
-        return dt.float64
-    if isinstance(v, complex):
-        return dt.complex128
-    raise TypeError(type(v).__name__)
-
-
-def _is_scalar(v: Any) -> bool:
-    return isinstance(v, (bool, int, float, complex, np.generic))
-
-
-def _merge_dims(
-    shape: tuple[int, ...], strides: list[tuple[int, ...]]
-) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """Drop size-1 dimensions and merge neighbours that every array steps through evenly
-    (CuPy's ``reduce_dims``): the same elements in fewer dimensions."""
-    dims = [(n, [s[d] for s in strides]) for d, n in enumerate(shape) if n != 1]
-    if not dims:
-        return (), [() for _ in strides]
-    merged = [dims[0]]
-    for n, st in dims[1:]:
-        pn, pst = merged[-1]
-        if all(a == b * n for a, b in zip(pst, st, strict=True)):
-            merged[-1] = (pn * n, st)
-        else:
-            merged.append((n, st))
-    out_shape = tuple(n for n, _ in merged)
-    out_strides = [tuple(m[1][k] for m in merged) for k in range(len(strides))]
-    return out_shape, out_strides
 
 
 class ElementwiseKernel:
@@ -155,19 +87,14 @@ class ElementwiseKernel:
         options: Any = None,
         reduce_dims: bool = True,
     ):
-        if not isinstance(name, str) or not re.match(r"^[A-Za-z_]\w*$", name):
-            raise ValueError(f"ElementwiseKernel: name must be a C identifier, got {name!r}")
+        check_name("ElementwiseKernel", name)
         self.name = name
-        self.in_params = _parse(in_params, name, "in_params", False)
-        self.out_params = _parse(out_params, name, "out_params", True)
+        label = self._label = f"ElementwiseKernel {name!r}"
+        self.in_params = parse_params(in_params, label, "in_params", False, _RESERVED)
+        self.out_params = parse_params(out_params, label, "out_params", True, _RESERVED)
         if not self.out_params:
-            raise ValueError(f"ElementwiseKernel {name!r}: out_params declares no output")
-        names = [p.name for p in self.in_params + self.out_params]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ValueError(
-                f"ElementwiseKernel {name!r}: parameter {sorted(dup)[0]!r} is declared twice"
-            )
+            raise ValueError(f"{label}: out_params declares no output")
+        check_unique(label, self.in_params + self.out_params)
         if not isinstance(operation, str) or not operation.strip():
             raise ValueError(f"ElementwiseKernel {name!r}: operation must be a non-empty string")
         self.operation = operation
@@ -183,7 +110,7 @@ class ElementwiseKernel:
     # --- a call ----------------------------------------------------------------------------
 
     def __call__(self, *args: Any, size: int | None = None, stream: Any = None) -> Any:
-        from ._array._creation import asarray, empty
+        from ._array._creation import empty
         from ._array._layout import broadcast_shapes
         from ._array.array import NvArray
         from ._stream import current_stream
@@ -196,44 +123,9 @@ class ElementwiseKernel:
             )
         values = list(args) + [None] * (n_in + n_out - len(args))
         params = self.in_params + self.out_params
-        # arrays from other libraries, by __cuda_array_interface__ / DLPack (no copy)
-        for k, (p, v) in enumerate(zip(params, values, strict=True)):
-            if v is None or isinstance(v, NvArray) or _is_scalar(v):
-                continue
-            if hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"):
-                values[k] = asarray(v)
-            else:
-                raise TypeError(
-                    f"ElementwiseKernel {self.name!r}: argument {p.name!r} must be an array or a "
-                    f"scalar, got {type(v).__name__}"
-                )
-        device = None
-        for p, v in zip(params, values, strict=True):
-            if isinstance(v, NvArray):
-                if v.device.type != "cuda":
-                    raise IgnisError(
-                        f"ElementwiseKernel {self.name!r}: argument {p.name!r} is on {v.device}; "
-                        "an ElementwiseKernel is CUDA C++ and needs arrays on a CUDA device "
-                        "(move them with .to('cuda:0'))"
-                    )
-                if device is None:
-                    device = v.device
-                elif v.device != device:
-                    raise DeviceMismatchError(
-                        f"ElementwiseKernel {self.name!r}: arguments are on {device} and "
-                        f"{v.device} (argument {p.name!r}); put them on one device"
-                    )
-            elif p.is_output and v is not None:
-                raise TypeError(
-                    f"ElementwiseKernel {self.name!r}: output {p.name!r} must be an array, got "
-                    f"{type(v).__name__}"
-                )
-            elif p.raw and v is not None:
-                raise TypeError(
-                    f"ElementwiseKernel {self.name!r}: raw parameter {p.name!r} needs an array, "
-                    f"got {type(v).__name__}"
-                )
-        types = self._bind_types(params, values)
+        # arrays from other libraries imported (no copy); one CUDA device
+        device = import_arrays(self._label, params, values)
+        types, _ = bind_types(self._label, params, values)
         # the broadcast shape of the non-raw arrays
         shaped = [
             v
@@ -267,14 +159,7 @@ class ElementwiseKernel:
                 f"ElementwiseKernel {self.name!r}: no array argument gives the shape; pass size="
             )
         if device is None:
-            from ._array._device import get_default_device
-
-            device = get_default_device()
-            if device.type != "cuda":
-                raise IgnisError(
-                    f"ElementwiseKernel {self.name!r}: needs a CUDA device, and the default "
-                    f"device is {device}"
-                )
+            device = default_cuda_device(self._label)
         for p, v in zip(params, values, strict=True):
             if p.is_output and isinstance(v, NvArray) and not p.raw and v.shape != shape:
                 raise ShapeError(
@@ -307,40 +192,6 @@ class ElementwiseKernel:
             )
         return outputs[0] if n_out == 1 else tuple(outputs)
 
-    def _bind_types(self, params: list[_Param], values: list[Any]) -> dict[str, dt.DType]:
-        """The dtype of each parameter: declared, or its placeholder's, bound by the arrays
-        given for it (then by scalars); an unbound placeholder is an error."""
-        from ._array.array import NvArray
-
-        bound: dict[str, dt.DType] = {}
-        for p, v in zip(params, values, strict=True):
-            if p.placeholder is None or not isinstance(v, NvArray):
-                continue
-            have = bound.get(p.placeholder)
-            if have is None:
-                bound[p.placeholder] = v.dtype
-            elif have is not v.dtype:
-                raise DTypeError(
-                    f"ElementwiseKernel {self.name!r}: type placeholder {p.placeholder} is "
-                    f"{have.name} from an earlier argument but {v.dtype.name} for {p.name!r}"
-                )
-        for p, v in zip(params, values, strict=True):
-            if p.placeholder is not None and p.placeholder not in bound and _is_scalar(v):
-                bound[p.placeholder] = _scalar_dtype(v)
-        types = {}
-        for p in params:
-            if p.dtype is not None:
-                types[p.name] = p.dtype
-            elif p.placeholder in bound:
-                types[p.name] = bound[p.placeholder]
-            else:
-                raise DTypeError(
-                    f"ElementwiseKernel {self.name!r}: cannot resolve the type placeholder "
-                    f"{p.placeholder} of {p.name!r}: no argument gives it (pass an array for "
-                    "it or for another parameter of that type)"
-                )
-        return types
-
     # --- code ------------------------------------------------------------------------------
 
     def _launch(self, params, values, types, shape, n, device, stream) -> None:
@@ -367,7 +218,7 @@ class ElementwiseKernel:
             b = v.broadcast_to(shape) if v.shape != shape else v
             strides.append(tuple(s // b.itemsize for s in b.strides))
         if self.reduce_dims:
-            kshape, kstrides = _merge_dims(tuple(shape), strides)
+            kshape, kstrides = merge_dims(tuple(shape), strides)
         else:
             kshape, kstrides = tuple(shape), strides
         contiguous = len(kshape) <= 1 and all(st in ((), (1,)) for st in kstrides)
@@ -400,7 +251,7 @@ class ElementwiseKernel:
                 z = complex(v)
                 args += [z.real, z.imag]
             else:
-                args.append(_host_scalar(v, types[p.name]))
+                args.append(host_scalar(v, types[p.name]))
         args.append(n)
         if nd:  # the merged shape, then each array's element strides, as scalars
             args += [*kshape] + [s for st in kstrides for s in st]
@@ -421,13 +272,7 @@ class ElementwiseKernel:
                 seen.add(p.placeholder)
                 lines.append(f"typedef {CTYPE[types[p.name]]} {p.placeholder};")
         lines += [
-            "template <typename V> struct IgnisRaw {",
-            "  V* p; long long n;",
-            "  __device__ __forceinline__ V& operator[](long long k) const { return p[k]; }",
-            "  __device__ __forceinline__ long long size() const { return n; }",
-            "};",
-            "struct IgnisIndex { long long n;",
-            "  __device__ __forceinline__ long long size() const { return n; } };",
+            *RAW_STRUCTS,
             self.preamble,
         ]
         sig, loads = [], []
@@ -486,10 +331,3 @@ class ElementwiseKernel:
             return compile_kernel(src, self.name, options=self.options, device=device.index)
         except IgnisError as exc:
             raise type(exc)(f"ElementwiseKernel {self.name!r}: {exc}") from None
-
-
-def _host_scalar(v: Any, dtype: dt.DType) -> Any:
-    """A scalar argument as the launch packs it for its parameter's type."""
-    if dtype.kind == "c":
-        return complex(v)
-    return dtype.numpy.type(v) if dtype.kind in "biuf" else v

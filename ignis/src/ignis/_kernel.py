@@ -28,6 +28,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import _profiler
 from ._arg_packing import ArgPacker, block_lines
 from ._bindings import check, cu, driver, driver_available, driver_unavailable_reason
 from ._codegen import build_function
@@ -42,7 +43,7 @@ from ._launch_config import LaunchConfig
 from ._signature import parse_kernel_params
 from ._stream import Stream, current_stream
 
-__all__ = ["Kernel", "compile_kernel"]
+__all__ = ["Kernel", "ModuleImage", "compile_kernel"]
 
 # The driver's launch entry points. A device's launcher reads them once, when the kernel is loaded
 # there; tests replace them (before loading) to run the whole launch path without a GPU.
@@ -59,6 +60,62 @@ _NEVER = object()  # matches no launch argument: the empty memo
 def _unload(device: Device, module: Any) -> None:
     activate(device)
     cu.cuModuleUnload(module)
+
+
+class ModuleImage:
+    """Object code (cubin, PTX or fatbin bytes) loaded as ONE module per device, shared by every
+    kernel and global taken from it.
+
+    A kernel of :func:`compile_kernel` has an image of its own; the functions of a
+    :class:`~ignis.RawModule` share one, so that a ``__constant__`` written through the module
+    is the one its kernels read. A module is loaded on a device at its first use there (in the
+    device's primary context) and unloaded when the image is garbage-collected: the kernels'
+    device states hold the image, so a module outlives every launcher that needs it.
+
+    Example::
+
+        >>> image = ModuleImage(ignis.compile(src).code, "my_module")
+        >>> handle = image.module(ignis.current_device())   # loaded once, then remembered
+    """
+
+    __slots__ = ("data", "name", "_modules", "_lock", "__weakref__")
+
+    def __init__(self, data: bytes, name: str = "module"):
+        self.data = data
+        self.name = name
+        self._modules: dict[int, Any] = {}  # device ordinal -> CUmodule
+        self._lock = threading.Lock()
+
+    def module(self, device: Device) -> Any:
+        """The module loaded on ``device`` (loaded now on first use)."""
+        module = self._modules.get(device.ordinal)
+        if module is None:
+            with self._lock:
+                module = self._modules.get(device.ordinal)
+                if module is None:
+                    activate(device)
+                    module = cu.cuModuleLoadData(self.data)
+                    # (the finalizer holds the handle, not the image: it runs when the image dies)
+                    weakref.finalize(self, _unload, device, module)
+                    self._modules[device.ordinal] = module
+        return module
+
+    def global_(self, device: Device, name: str) -> tuple[int, int]:
+        """``(device address, size in bytes)`` of the ``__device__``/``__constant__`` variable
+        ``name`` (its symbol) in the module on ``device``."""
+        module = self.module(device)
+        activate(device)
+        ptr, nbytes = cu.cuModuleGetGlobal(module, name.encode())
+        return int(ptr), int(nbytes)
+
+    @property
+    def loaded_on(self) -> tuple[int, ...]:
+        """Ordinals of the devices the module is loaded on now."""
+        return tuple(sorted(self._modules))
+
+    def __repr__(self) -> str:
+        size = len(self.data)
+        return f"<ignis.ModuleImage {self.name!r} ({size} bytes, loaded on {self.loaded_on})>"
 
 
 class _Loaded:
@@ -85,6 +142,7 @@ class _Loaded:
         "dynamic_smem_set",
         "launch_kernel",
         "launch_cooperative_kernel",
+        "image",
         "_finalizer",
         "__weakref__",
     )
@@ -98,9 +156,11 @@ class _Loaded:
         *,
         name: str,
         module: Any = None,
+        image: ModuleImage | None = None,
     ):
         self.device = device
         self.module = module
+        self.image = image  # keeps the (shared) module loaded while this state lives
         self.function = function
         self.packer = packer
         self.name = name
@@ -115,22 +175,21 @@ class _Loaded:
 
     @classmethod
     def load(cls, kernel: Kernel, device: Device) -> _Loaded:
-        """Load ``kernel``'s code on ``device`` and read its parameter sizes and attributes."""
+        """Get ``kernel``'s function from its module image on ``device`` (the module is loaded
+        there once per image, and shared by the image's kernels) and read its parameter sizes
+        and attributes."""
+        image = kernel._image
+        if image is None:  # (called under the kernel's lock: made once)
+            image = kernel._image = ModuleImage(kernel.object_code.code, kernel.name)
+        module = image.module(device)
         activate(device)
-        module = cu.cuModuleLoadData(kernel.object_code.code)
-        try:
-            function = cu.cuModuleGetFunction(module, kernel.lowered_name.encode())
-            packer = ArgPacker(kernel.params, kernel.name, param_sizes=_param_sizes(function))
-            attrs = _function_attributes(function)
-        except BaseException:
-            cu.cuModuleUnload(module)
-            raise
+        function = cu.cuModuleGetFunction(module, kernel.lowered_name.encode())
+        packer = ArgPacker(kernel.params, kernel.name, param_sizes=_param_sizes(function))
+        attrs = _function_attributes(function)
         limits = dict(device.properties)
         limits["kernel_max_threads_per_block"] = attrs["max_threads_per_block"]
         limits["kernel_static_shared_bytes"] = attrs["shared_size_bytes"]
-        self = cls(device, function, packer, limits, name=kernel.name, module=module)
-        self._finalizer = weakref.finalize(self, _unload, device, module)
-        return self
+        return cls(device, function, packer, limits, name=kernel.name, module=module, image=image)
 
     def dims(self, grid: Any, block: Any, shared_mem: Any, cooperative: Any) -> tuple[int, ...]:
         """The validated ``(gx, gy, gz, bx, by, bz, shared_mem)`` of a launch; updates the memo.
@@ -229,8 +288,16 @@ _ACTIVATE = (
     "if active is not device:",
     "    activate(device)",
 )
+# ``profiling.active`` is the recording ignis.profile() (ignis._profiler), None when there is
+# none: the only work the profiler adds to a launch while it is off.
 _LAUNCH_PLAIN = (
-    "result = launch_kernel(function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
+    "profiler = profiling.active",
+    "if profiler is None:",
+    "    result = launch_kernel(",
+    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0)",
+    "else:  # recording: the launch goes between the profiler's two events",
+    "    result = profiler.launch(state, launch_kernel, stream, (",
+    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1], 0))",
     "release_block(packed)  # the driver has copied the values: the block is free again",
     "if result[0]:  # a status other than success (0): check() raises its CudaError",
     "    check(result, 'cuLaunchKernel')",
@@ -238,8 +305,13 @@ _LAUNCH_PLAIN = (
 _LAUNCH_TAIL = (
     *_ACTIVATE,
     "if cooperative:",
-    "    result = launch_cooperative_kernel(",
-    "        function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1])",
+    "    profiler = profiling.active",
+    "    if profiler is None:",
+    "        result = launch_cooperative_kernel(",
+    "            function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1])",
+    "    else:",
+    "        result = profiler.launch(state, launch_cooperative_kernel, stream, (",
+    "            function, gx, gy, gz, bx, by, bz, smem, stream.handle, packed[1]))",
     "    release_block(packed)",
     "    check(result, 'cuLaunchCooperativeKernel')",
     "else:",
@@ -284,6 +356,7 @@ def _launch_names(state: _Loaded, names: dict[str, Any]) -> dict[str, Any]:
         activate=activate,
         check=check,
         launch_kernel=state.launch_kernel,
+        profiling=_profiler,
     )
     return names
 
@@ -369,14 +442,25 @@ class Kernel:
         )
 
     @classmethod
-    def from_object_code(cls, object_code: ObjectCode, name: str, source: str) -> Kernel:
-        """Wrap compiled code. ``source`` is the CUDA C++ text, used for the parameter types."""
+    def from_object_code(
+        cls,
+        object_code: ObjectCode,
+        name: str,
+        source: str | None,
+        *,
+        image: ModuleImage | None = None,
+    ) -> Kernel:
+        """Wrap compiled code. ``source`` is the CUDA C++ text, used for the parameter types
+        (None: unknown; the arguments are then packed as raw bytes of the sizes the driver
+        reports). ``image``: the :class:`ModuleImage` to take the function from, shared with
+        other kernels of one module (default: one of this kernel's own)."""
         lowered = object_code.lowered_names.get(name, name)
         self = object.__new__(cls)
         self.name = name
         self.lowered_name = lowered
         self.object_code = object_code
-        self.params = parse_kernel_params(source, name)
+        self._image = image  # None: one of its own, made at the first load
+        self.params = parse_kernel_params(source, name) if source is not None else None
         self._loaded: dict[int, _Loaded] = {}
         self._launchers: dict[int, Callable[..., None]] = {}
         self._prepared_launches: dict[tuple[int, ...], Callable[..., None] | None] = {}
