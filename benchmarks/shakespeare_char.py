@@ -202,6 +202,7 @@ class Ignis(Contender):
         self.cfg, self.plan, self.device, self.graph = cfg, plan, device, graph
         self.name = "ignis-graph" if graph else "ignis-eager"
         self.captured: Any = None
+        self.eval_step: Any = None  # the captured evaluation forward; False: eager
 
     def build(self) -> None:
         from ignis_autograd.demo import model as seam
@@ -259,11 +260,38 @@ class Ignis(Contender):
         self.model.eval()
         try:
             with no_grad():
-                losses = [seam.loss_of(self.model, x, y, self.device).data for x, y in batches]
+                if self.graph and self.eval_step is not False:
+                    losses = self._captured_losses(batches)
+                else:
+                    losses = [seam.loss_of(self.model, x, y, self.device).data for x, y in batches]
                 host = np.asarray(self.ignis.stack(losses).to_host(), dtype=np.float64)
         finally:
             self.model.train()
         return float(host.mean())
+
+    def _captured_losses(self, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[Any]:
+        """The graph contender evaluates with a captured forward too (eval mode, no dropout):
+        one graph launch a batch instead of the forward's kernel launches."""
+        from ignis_autograd.demo import model as seam
+
+        if self.eval_step is None:
+            vocab, widen = self.plan.vocab_size, self.cfg.dtype != "float32"
+
+            def eval_loss(x: Any, y: Any) -> Any:
+                logits = self.model(x)
+                if widen:
+                    logits = logits.astype("float32")
+                return self.ag.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1)).detach()
+
+            try:
+                x0, y0 = (self._ids(a) for a in batches[0])
+                self.eval_step = self.ag.capture_step(eval_loss, x0, y0, warmup=1)
+            except Exception as exc:  # report it and evaluate eagerly: the run goes on
+                self.eval_step = False
+                self.note = f"evaluations eager (capture failed: {type(exc).__name__}: {exc})"
+                return [seam.loss_of(self.model, x, y, self.device).data for x, y in batches]
+        # The captured step returns the same output array at every call: keep a copy of each.
+        return [self.eval_step(self._ids(x), self._ids(y)).data.clone() for x, y in batches]
 
 
 # --- PyTorch --------------------------------------------------------------------------------------
@@ -407,6 +435,32 @@ class Torch(Contender):
 # --- command line ---------------------------------------------------------------------------------
 
 
+def profile_step(cfg: Any, plan: Plan, device: str) -> int:
+    """One eager ignis step's kernels by device time, then one replay of the captured step.
+
+    cuBLAS launches its own kernels, which the profiler does not see: the replay's time less
+    the kernels' total is about what the matrix products take.
+    """
+    import ignis
+
+    c = Ignis(cfg, plan, device, graph=device != "cpu")
+    c.build()
+    for i in range(4):  # eager, capture (+ its warm-up), replays: every first-time job done
+        c.read(c.step(*plan.batch("train", plan.train_starts[i]), i))
+    x, y = (c._ids(a) for a in plan.batch("train", plan.train_starts[4]))
+    with ignis.profile() as prof:
+        c.train_step(x, y)
+    print(f"one eager ignis step ({cfg.dtype}, batch {cfg.batch_size}, context {cfg.context}):")
+    print(prof.table(limit=40))
+    if c.captured is not None:
+        with ignis.profile() as replay:
+            for _ in range(5):
+                c.captured(x, y)
+        times = [e.time_ms for e in replay.events if e.kind == "graph"]
+        print(f"captured step: median {statistics.median(times):.3f} ms of device time a replay")
+    return 0
+
+
 def build_config(args: argparse.Namespace, device: str) -> Any:
     from ignis_autograd.demo.config import preset_config
 
@@ -445,6 +499,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, help="seed of weights and of the batch plan (1337)")
     p.add_argument("--json", metavar="FILE", help="also write the rows (and every evaluation)")
     p.add_argument("--quiet", action="store_true", help="no per-evaluation lines on stderr")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of training: where one ignis step's device time goes (ignis.profile())",
+    )
     g = p.add_argument_group("smaller models (smoke runs)")
     for flag in ("layers", "dim", "heads", "context", "batch-size"):
         g.add_argument(f"--{flag}", type=int)
@@ -467,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = build_config(args, device)
     plan = make_plan(text, cfg, cfg.seed)
 
+    if args.profile:
+        return profile_step(cfg, plan, device)
     rows: list[Result] = []
     for name in names:
         if name == "ignis-graph" and device == "cpu":
