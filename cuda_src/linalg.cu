@@ -12,8 +12,11 @@
 //                                 det = sign * exp(log|det|), like NumPy's det. An exactly zero
 //                                 pivot gives (0, -inf, 0); a NaN on the diagonal makes sign
 //                                 and log|det| NaN. Outputs may be null (not wanted). Computed in
-//                                 double, rounded once into T.
-#include "ignis_types.cuh"
+//                                 double, rounded once into T. T is float, double, complex64 or
+//                                 complex128: for complex T, sign (a unit complex number: the
+//                                 product of the pivots' phases) and det are T and log|det| is
+//                                 real_of<T> (float / double), as in NumPy.
+#include "complex.cuh"
 
 namespace ignis {
 namespace linalg {
@@ -27,33 +30,67 @@ __global__ void zero_triangle(T* __restrict__ a, int64 rows, int64 cols, int64 t
   }
 }
 
+// The real type of a matrix element (float for complex64, double for complex128).
+template <class T> struct real_of { typedef T type; };
+template <class R> struct real_of<complex<R>> { typedef R type; };
+
+// A pivot's parts in double, and a (re, im) pair rounded once into T (the imaginary part is
+// dropped for real T, where it is always zero).
+__device__ __forceinline__ void parts(float x, double& re, double& im) { re = x; im = 0.0; }
+__device__ __forceinline__ void parts(double x, double& re, double& im) { re = x; im = 0.0; }
+template <class R>
+__device__ __forceinline__ void parts(complex<R> x, double& re, double& im) {
+  re = (double)x.re;
+  im = (double)x.im;
+}
+template <class T> struct from_parts {
+  static __device__ __forceinline__ T make(double re, double) { return (T)re; }
+};
+template <class R> struct from_parts<complex<R>> {
+  static __device__ __forceinline__ complex<R> make(double re, double im) {
+    return complex<R>((R)re, (R)im);
+  }
+};
+
 template <class T>
 __global__ void lu_slogdet(const T* __restrict__ lu, const int32* __restrict__ ipiv,
-                           T* __restrict__ sign, T* __restrict__ logabs, T* __restrict__ det,
-                           int64 n, int64 batch) {
+                           T* __restrict__ sign, typename real_of<T>::type* __restrict__ logabs,
+                           T* __restrict__ det, int64 n, int64 batch) {
+  typedef typename real_of<T>::type R;
   IGNIS_GRID_STRIDE_LOOP(b, batch) {
     const T* m = lu + b * n * n;
     const int32* p = ipiv + b * n;
-    double s = 1.0, l = 0.0;
+    double sr = 1.0, si = 0.0, l = 0.0;  // sign = sr + i si
     bool zero = false;
     for (int64 i = 0; i < n; ++i) {
-      const double d = (double)m[i * (n + 1)];
-      if ((int64)p[i] != i + 1) s = -s;  // row i was swapped with a later row
-      if (d == 0.0) {
+      double dr, di;
+      parts(m[i * (n + 1)], dr, di);
+      if ((int64)p[i] != i + 1) {  // row i was swapped with a later row
+        sr = -sr;
+        si = -si;
+      }
+      if (dr == 0.0 && di == 0.0) {
         zero = true;
       } else {
-        const double a = fabs(d);
-        s *= d / a;  // -1, 1, or NaN for a NaN pivot
+        const double a = hypot(dr, di);  // |d| (exactly fabs(d) for a real pivot)
+        const double ur = dr / a, ui = di / a;  // d's phase: +-1 for real d; NaN for NaN
+        const double tr = sr * ur - si * ui;
+        si = sr * ui + si * ur;
+        sr = tr;
         l += log(a);
       }
     }
     if (zero) {
-      s = 0.0;
+      sr = 0.0;
+      si = 0.0;
       l = __longlong_as_double(0xfff0000000000000ll);  // -inf
     }
-    if (sign) sign[b] = (T)s;
-    if (logabs) logabs[b] = (T)l;
-    if (det) det[b] = (T)(s * exp(l));
+    if (sign) sign[b] = from_parts<T>::make(sr, si);
+    if (logabs) logabs[b] = (R)l;
+    if (det) {
+      const double e = exp(l);
+      det[b] = from_parts<T>::make(sr * e, si * e);
+    }
   }
 }
 

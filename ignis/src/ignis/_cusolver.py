@@ -19,10 +19,16 @@ handle's stream (``cusolverDnSetStream``, skipped when it is bound to that strea
 the work is ordered like every other op on that stream. Workspaces are ignis device memory
 allocated by the caller on that stream.
 
-Functions are called by their C name with the precision letter (``"S"`` float32, ``"D"``
-float64) filled in: ``lib.call("potrf", "D", handle, uplo, n, a, lda, work, lwork, info)``
-runs ``cusolverDnDpotrf``; ``lib.buffer_size("potrf", "D", handle, uplo, n, a, lda)`` returns
-the ``Lwork`` of ``cusolverDnDpotrf_bufferSize`` (in elements, as the legacy API counts it).
+Functions are called by their real-case C name with the precision letter filled in (one
+table, :data:`PRECISION`: ``"S"`` float32, ``"D"`` float64, ``"C"`` complex64, ``"Z"``
+complex128): ``lib.call("potrf", "D", handle, uplo, n, a, lda, work, lwork, info)`` runs
+``cusolverDnDpotrf``; ``lib.buffer_size("potrf", "D", handle, uplo, n, a, lda)`` returns the
+``Lwork`` of ``cusolverDnDpotrf_bufferSize`` (in elements of the matrix's dtype, as the legacy
+API counts it). For ``"C"`` / ``"Z"`` the symmetric and orthogonal routines are their Hermitian
+and unitary counterparts (:func:`c_name`): ``call("syevd", "Z", ...)`` runs
+``cusolverDnZheevd``, ``orgqr`` is ``ungqr`` and ``syevjBatched`` is ``heevjBatched``. Their C
+signatures are those of the real routines with ``cuComplex`` / ``cuDoubleComplex`` matrices;
+eigenvalues, singular values and ``gesvd``'s ``rwork`` stay real (float / double).
 
 Example::
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from . import _dtypes as dt
 from . import _nvidia_libs
 from ._errors import CudaError, IgnisError
 from ._nvidia_libs import HandleLibrary, LazyLibrary, open_nvidia_library, read_version
@@ -44,6 +51,8 @@ __all__ = [
     "CusolverError",
     "CusolverLibrary",
     "CusolverNotFoundError",
+    "PRECISION",
+    "c_name",
     "check",
     "load",
     "require",
@@ -126,10 +135,42 @@ _i, _vp, _d, _b = ctypes.c_int, ctypes.c_void_p, ctypes.c_double, ctypes.c_byte
 _pi = ctypes.POINTER(ctypes.c_int)
 
 
+#: The precision letter of cuSOLVER's legacy names for each dtype it factors: the one place
+#: that says which dtypes the GPU factorizations take.
+PRECISION: dict[dt.DType, str] = {
+    dt.float32: "S",
+    dt.float64: "D",
+    dt.complex64: "C",
+    dt.complex128: "Z",
+}
+_COMPLEX_PRECISIONS = "CZ"
+# The real routines whose complex counterparts have another name (symmetric -> Hermitian,
+# orthogonal -> unitary); every other routine keeps its name.
+_COMPLEX_NAMES = {"syevd": "heevd", "syevjBatched": "heevjBatched", "orgqr": "ungqr"}
+
+
+def c_name(name: str, prec: str) -> str:
+    """The C function of routine ``name`` (its real-case name, ``_bufferSize`` suffix allowed)
+    in precision ``prec``.
+
+    Example: ``c_name("syevd_bufferSize", "C") == "cusolverDnCheevd_bufferSize"`` and
+    ``c_name("syevd", "D") == "cusolverDnDsyevd"``.
+    """
+    base, sep, suffix = name.partition("_")
+    if prec in _COMPLEX_PRECISIONS:
+        base = _COMPLEX_NAMES.get(base, base)
+    return f"cusolverDn{prec}{base}{sep}{suffix}"
+
+
 def _typed(proto: dict[str, list[Any]], required: bool) -> dict[str, tuple[list[Any], bool]]:
-    """``{"potrf": [...]}`` as the C names of both precisions, ``cusolverDnSpotrf`` and
-    ``cusolverDnDpotrf``."""
-    return {f"cusolverDn{p}{name}": (args, required) for name, args in proto.items() for p in "SD"}
+    """``{"potrf": [...]}`` as the C names of every precision, ``cusolverDnSpotrf`` ...
+    ``cusolverDnZpotrf`` (``{"syevd": ...}`` gives ``cusolverDnCheevd`` for complex64). The
+    argument lists are the same: every matrix, vector and workspace is a device address."""
+    return {
+        c_name(name, p): (args, required)
+        for name, args in proto.items()
+        for p in PRECISION.values()
+    }
 
 
 # name -> (argtypes, required). Pointers are passed as ints (device addresses); the handle,
@@ -154,17 +195,18 @@ _PROTOTYPES: dict[str, tuple[list[Any], bool]] = {
         "geqrf_bufferSize": [_vp, _i, _i, _vp, _i, _pi],
         # handle, m, n, A, lda, tau, work, Lwork, devInfo
         "geqrf": [_vp, _i, _i, _vp, _i, _vp, _vp, _i, _vp],
-        # handle, m, n, k, A, lda, tau, *Lwork
+        # handle, m, n, k, A, lda, tau, *Lwork; C/Z: ungqr
         "orgqr_bufferSize": [_vp, _i, _i, _i, _vp, _i, _vp, _pi],
         # handle, m, n, k, A, lda, tau, work, Lwork, devInfo
         "orgqr": [_vp, _i, _i, _i, _vp, _i, _vp, _vp, _i, _vp],
-        # handle, jobz, uplo, n, A, lda, W, *Lwork
+        # handle, jobz, uplo, n, A, lda, W (real), *Lwork; C/Z: heevd
         "syevd_bufferSize": [_vp, _i, _i, _i, _vp, _i, _vp, _pi],
         # handle, jobz, uplo, n, A, lda, W, work, Lwork, devInfo
         "syevd": [_vp, _i, _i, _i, _vp, _i, _vp, _vp, _i, _vp],
         # handle, m, n, *Lwork
         "gesvd_bufferSize": [_vp, _i, _i, _pi],
-        # handle, jobu, jobvt, m, n, A, lda, S, U, ldu, VT, ldvt, work, Lwork, rwork, devInfo
+        # handle, jobu, jobvt, m, n, A, lda, S (real), U, ldu, VT (V^H for C/Z), ldvt, work,
+        # Lwork, rwork (real, may be null), devInfo
         "gesvd": [_vp, _b, _b, _i, _i, _vp, _i, _vp, _vp, _i, _vp, _i, _vp, _i, _vp, _vp],
     }, True),
     # Batched variants: used where present, else the caller loops over the stack.
@@ -201,19 +243,21 @@ class CusolverLibrary(HandleLibrary):
         check(self._fns[name](*args), name)
 
     def has(self, name: str, prec: str = "D") -> bool:
-        """Whether the library has ``cusolverDn<prec><name>`` (the optional batched ones)."""
-        return f"cusolverDn{prec}{name}" in self._fns
+        """Whether the library has routine ``name`` in precision ``prec`` (:func:`c_name`; the
+        optional batched ones)."""
+        return c_name(name, prec) in self._fns
 
     def call(self, name: str, prec: str, *args: Any) -> None:
-        """Run ``cusolverDn<prec><name>(*args)`` and check its status."""
-        full = f"cusolverDn{prec}{name}"
+        """Run routine ``name`` in precision ``prec`` (:func:`c_name`) on ``args`` and check
+        its status."""
+        full = c_name(name, prec)
         status = self._fns[full](*args)
         if status:
             check(status, full)
 
     def buffer_size(self, name: str, prec: str, *args: Any, after: tuple[Any, ...] = ()) -> int:
-        """``Lwork`` (elements) from ``cusolverDn<prec><name>_bufferSize(*args, &Lwork,
-        *after)`` (``after``: the arguments some queries take behind ``Lwork``)."""
+        """``Lwork`` (elements) from ``<name>_bufferSize(*args, &Lwork, *after)`` in precision
+        ``prec`` (``after``: the arguments some queries take behind ``Lwork``)."""
         lwork = _i(0)
         self.call(f"{name}_bufferSize", prec, *args, ctypes.byref(lwork), *after)
         return max(1, int(lwork.value))

@@ -1,6 +1,6 @@
 """complex64 and complex128: dtypes and promotion, creation and host exchange, the element-wise
 ops the Array API standard defines for complex operands, the refusals of the real-only ones,
-reductions, matmul / vecdot, linalg (CPU), indexing and DLPack.
+reductions, matmul / vecdot, linalg, indexing and DLPack.
 
 Every computing test runs on each device of the shared ``device`` fixture (the CPU always,
 ``cuda:0`` where a GPU exists) against NumPy in complex128 on random data with both parts
@@ -589,11 +589,16 @@ def test_complex_linalg_on_the_cpu(dtype: str, rng) -> None:
 
 
 @pytest.mark.gpu
-def test_complex_factorizations_are_cpu_only(device: str) -> None:
+def test_complex_factorizations_on_the_gpu(device: str, rng) -> None:
+    # (every function on every device: tests/ignis/array/test_linalg_complex.py)
     if device == "cpu":
-        pytest.skip("the GPU refusal")
-    x = ignis.eye(3, dtype="complex64", device=device)
-    with pytest.raises(ignis.DTypeError, match="linalg.inv: complex matrices .* CPU only"):
-        ignis.linalg.inv(x)
-    # the compositions work on every backend
-    np.testing.assert_allclose(ignis.linalg.vector_norm(x).to_host(), np.sqrt(3), rtol=1e-6)
+        pytest.skip("the GPU path")
+    from ignis import _cusolver
+
+    if _cusolver.load() is None:
+        pytest.skip(f"cuSOLVER is not installed ({_cusolver.unavailable_reason()})")
+    a = _rand(rng, (3, 3), "complex64", 1.0) + 3 * np.eye(3, dtype="complex64")
+    x = ignis.asarray(a, device=device)
+    want = np.linalg.inv(a.astype(np.complex128)).astype("complex64")
+    _close(ignis.linalg.inv(x), want, "complex64", 1e-4)
+    np.testing.assert_allclose(ignis.linalg.vector_norm(x).to_host(), np.linalg.norm(a), rtol=1e-5)

@@ -502,7 +502,9 @@ family(
 
 # --- linear algebra (front end: linalg.py) ------------------------------------------------------
 # Every array is C-contiguous; matrices come as 3-D stacks ``(batch, m, n)`` with batch >= 1 and
-# m, n >= 1 (the front end handles empty stacks itself), of one dtype, float32 or float64;
+# m, n >= 1 (the front end handles empty stacks itself), of one dtype, float32, float64,
+# complex64 or complex128 (complex: Hermitian for symmetric, ^H for ^T; eigenvalues, singular
+# values and logabsdet are of the real dtype of matching precision, sign and det of x's);
 # ``info`` is int32 ``(batch,)``. CPU: numpy.linalg; CUDA: cuSOLVER (raising
 # ``CusolverNotFoundError`` naming the extra to install where it is missing). A matrix that
 # cannot be factored never raises here: its ``info`` entry is set nonzero and the front end

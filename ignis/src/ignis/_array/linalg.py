@@ -15,19 +15,20 @@ batched over every leading dimension (``(..., M, N)`` is a stack of matrices):
 * the main namespace's :func:`matmul`, :func:`tensordot`, :func:`vecdot` and
   :func:`matrix_transpose`, looked up there when first used.
 
-Dtypes: factorizations take float32 and float64 (the result has the input's dtype; mixed
-operands of :func:`solve` promote). float16 and bfloat16 are refused with a
-:class:`~ignis.DTypeError`, as PyTorch refuses low-precision dtypes for factorizations; the
-compositions take them and compute in float32, rounding each result once (norms) or as the
-element-wise ops do (cross, outer, trace). Integer and bool inputs are refused where the
-standard asks for floating point.
+Dtypes: factorizations take float32, float64, complex64 and complex128 on every backend (the
+result has the input's dtype; mixed operands of :func:`solve` promote). float16 and bfloat16
+are refused with a :class:`~ignis.DTypeError`, as PyTorch refuses low-precision dtypes for
+factorizations; the compositions take them and compute in float32, rounding each result once
+(norms) or as the element-wise ops do (cross, outer, trace). Integer and bool inputs are
+refused where the standard asks for floating point.
 
-Complex matrices (complex64, complex128): the compositions take them on every backend (norms
-of complex input are real, of the parts' dtype); the factorizations take them on the CPU
-(``numpy.linalg``), with the standard's real results where it has them (``eigh``'s eigenvalues,
-singular values, ``slogdet``'s ``logabsdet``) and conjugate transposes where the real case has
-transposes (``cholesky(upper=True)`` gives ``U`` with ``x = U^H U``, ``pinv``); on a GPU they
-raise a DTypeError (cuSOLVER's complex routines are not wired in).
+Complex matrices (complex64, complex128) work on every backend (the CPU through
+``numpy.linalg``, the GPU through cuSOLVER's C / Z routines: ``heevd`` for eigh, ``ungqr`` for
+qr's Q), with the standard's real results where it has them, of the real dtype of matching
+precision (``eigh``'s eigenvalues, singular values, ``slogdet``'s ``logabsdet``, every norm),
+and conjugate transposes where the real case has transposes (``cholesky`` gives ``x = L L^H``
+or, with ``upper=True``, ``x = U^H U``; ``eigh`` of Hermitian matrices; ``pinv``); ``slogdet``'s
+``sign`` is a complex number of modulus 1 (0 for a singular matrix).
 
 Errors: a matrix that cannot be factored (singular in :func:`inv` / :func:`solve`, not
 positive-definite in :func:`cholesky`, no convergence in :func:`eigh` / :func:`svd`) raises
@@ -90,7 +91,7 @@ __all__ = [
 ]
 
 _HALF = (dt.float16, dt.bfloat16)
-_FACTOR_DTYPES = (dt.float32, dt.float64)
+_FACTOR_DTYPES = (dt.float32, dt.float64, dt.complex64, dt.complex128)
 
 
 class LinAlgError(IgnisError, np.linalg.LinAlgError):
@@ -176,24 +177,19 @@ def _not_floating(x: NvArray, op: str, wanted: str) -> DTypeError:
 
 
 def _factor_dtype(x: NvArray, op: str) -> NvArray:
-    """``x`` when float32/float64 (or complex64/complex128 on the CPU); a DTypeError naming
-    ``op`` otherwise."""
+    """``x`` when float32/float64/complex64/complex128 (:data:`_FACTOR_DTYPES`, every backend);
+    a DTypeError naming ``op`` otherwise."""
     d = x._dtype
-    if d is dt.float32 or d is dt.float64:
-        return x
-    if d.kind == "c":
-        if x._device.type != "cpu":
-            raise DTypeError(
-                f"linalg.{op}: complex matrices ({d.name}) are supported on the CPU only, got "
-                f"an array on {x.device}; move it with .to('cpu') or use float32/float64"
-            )
+    if d in _FACTOR_DTYPES:
         return x
     if d in _HALF:
         raise DTypeError(
             f"linalg.{op}: {d.name} is not supported (factorizations run in float32 or "
             f"float64, as in PyTorch); convert first with x.astype('float32')"
         )
-    raise _not_floating(x, op, "a floating-point array (float32 or float64)")
+    raise _not_floating(
+        x, op, "a floating-point array (float32, float64, complex64 or complex128)"
+    )
 
 
 def _floating(x: NvArray, op: str) -> NvArray:
@@ -447,8 +443,9 @@ def matrix_norm(x: NvArray, /, *, keepdims: bool = False, ord: Any = "fro") -> N
 
     ``ord``: ``"fro"`` (default), ``"nuc"`` (sum of singular values), 1 / -1 (max / min column
     sum of ``|x|``), ``inf`` / ``-inf`` (max / min row sum), 2 / -2 (largest / smallest
-    singular value). ``keepdims`` keeps the two matrix axes as size 1. The singular-value
-    norms need float32/float64; the others take 16-bit input too (computed in float32,
+    singular value). ``keepdims`` keeps the two matrix axes as size 1; the result is real (of
+    the real dtype of matching precision for complex ``x``). The singular-value norms need
+    float32/float64/complex64/complex128; the others take 16-bit input too (computed in float32,
     rounded once). Example: ``ignis.linalg.matrix_norm(a, ord=1)``.
     """
     x = _floating(_matrices(x, "matrix_norm"), "matrix_norm")
@@ -525,9 +522,10 @@ def matrix_power(x: NvArray, n: int, /) -> NvArray:
 
 
 def cholesky(x: NvArray, /, *, upper: bool = False) -> NvArray:
-    """Cholesky factor of each symmetric positive-definite matrix of ``x`` ``(..., M, M)``:
-    lower ``L`` with ``x = L @ L.mT`` (read from x's lower triangle), or with ``upper=True``
-    upper ``U`` with ``x = U.mT @ U`` (read from the upper triangle).
+    """Cholesky factor of each symmetric (complex: Hermitian) positive-definite matrix of ``x``
+    ``(..., M, M)``: lower ``L`` with ``x = L @ L.mT`` (complex: ``L @ conj(L).mT``; read from
+    x's lower triangle), or with ``upper=True`` upper ``U`` with ``x = U.mT @ U`` (complex:
+    ``conj(U).mT @ U``; read from the upper triangle).
 
     Raises :class:`LinAlgError` when a matrix is not positive-definite.
     Example: ``L = ignis.linalg.cholesky(a)``.
@@ -630,7 +628,8 @@ def _determinants(x: Any, op: str, det: bool) -> tuple[NvArray, ...]:
 
 def slogdet(x: NvArray, /) -> SlogdetResult:
     """Sign and natural log of the absolute determinant of each matrix of ``x``
-    ``(..., M, M)``: a singular matrix gives ``(0, -inf)``. Example:
+    ``(..., M, M)``: a singular matrix gives ``(0, -inf)``. For complex ``x`` the sign is
+    complex (``det / |det|``) and ``logabsdet`` real (float32 / float64). Example:
     ``sign, logabsdet = ignis.linalg.slogdet(a)``."""
     return SlogdetResult(*_determinants(x, "slogdet", det=False))
 
@@ -682,15 +681,16 @@ def _eigh(x: NvArray, op: str, vectors: bool) -> tuple[NvArray, NvArray | None]:
 
 
 def eigh(x: NvArray, /) -> EighResult:
-    """Eigenvalues (ascending) and eigenvectors (columns) of each symmetric matrix of ``x``
-    ``(..., M, M)``, read from its lower triangle. Example: ``w, v = ignis.linalg.eigh(a)``."""
+    """Eigenvalues (ascending; real, of the real dtype of matching precision) and eigenvectors
+    (columns) of each symmetric (complex: Hermitian) matrix of ``x`` ``(..., M, M)``, read from
+    its lower triangle. Example: ``w, v = ignis.linalg.eigh(a)``."""
     w, v = _eigh(x, "eigh", True)
     return EighResult(w, v)  # type: ignore[arg-type]
 
 
 def eigvalsh(x: NvArray, /) -> NvArray:
-    """Eigenvalues (ascending) of each symmetric matrix of ``x`` ``(..., M, M)``, read from its
-    lower triangle. Example: ``ignis.linalg.eigvalsh(a)``."""
+    """Eigenvalues (ascending; real) of each symmetric (complex: Hermitian) matrix of ``x``
+    ``(..., M, M)``, read from its lower triangle. Example: ``ignis.linalg.eigvalsh(a)``."""
     return _eigh(x, "eigvalsh", False)[0]
 
 

@@ -16,6 +16,25 @@ host:
   ``X = V S U^T``, and cuSOLVER's column-major ``U`` and ``V^T`` are, in memory, exactly the
   row-major ``Vh`` and ``U`` of ``X`` (no copy at all).
 
+Complex matrices (complex64, complex128) take the same paths with cuSOLVER's C / Z routines
+(:data:`ignis._cusolver.PRECISION`; ``heevd``, ``heevjBatched`` and ``ungqr`` for the real
+``syevd``, ``syevjBatched`` and ``orgqr``). Storage order changes are plain transposes, never
+conjugations, and the reasoning above carries over with ``^H`` where the factorization has a
+transpose:
+
+* Cholesky: the column-major reading of a Hermitian ``X`` is ``X^T = conj(X)``; its factor
+  ``conj(X) = L' L'^H`` read row-major is ``U = L'^T`` with ``X = U^H U`` (and likewise for
+  the lower factor), so the real-case triangle flags are right as they are.
+* LU: ``getrs``' flag is the plain transpose (``OP_T``), which is what turns ``X^T`` back
+  into ``X``; ``det(X^T) = det(X)``.
+* eigh factors ``X`` itself (transposed copy, lower triangle, as NumPy reads it), so the
+  eigenvectors need no conjugation.
+* SVD: with ``X^T = U S V^H``, ``X = conj(V) S U^T``, and the column-major ``V^H`` read
+  row-major is exactly ``conj(V)``: no conjugation either.
+
+Eigenvalues and singular values are real (float32 / float64 for complex64 / complex128), so
+their per-matrix steps use the real item size.
+
 Stacks run as one batched call where cuSOLVER has one (``potrfBatched``; ``syevjBatched`` for
 eigh of many matrices up to 32 x 32), else as one call per matrix, all queued on the backend's
 stream with one workspace. Every call writes its ``devInfo`` into the family's ``info`` array
@@ -29,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from ... import _bindings, _cusolver
 from ... import _dtypes as dt
 from ..._device import activate
+from ..._errors import DTypeError
 from .. import _creation
 from ._kernels import CTYPE, library_kernel
 
@@ -39,7 +59,9 @@ __all__ = ["cholesky", "solve", "slogdet", "qr", "eigh", "svd", "kernel_names"]
 
 SOURCE = "linalg.cu"
 THREADS = 256
-_PREC = {dt.float32: "S", dt.float64: "D"}
+# The dtypes the factorizations take and their cuSOLVER precision letters: one table, in
+# _cusolver.
+_PREC = _cusolver.PRECISION
 # syevjBatched's limit on the matrix size (cuSOLVER documents n <= 32).
 SYEVJ_BATCHED_MAX_N = 32
 _INT32 = 4
@@ -53,6 +75,8 @@ def zero_triangle_name(dtype: dt.DType, keep_lower: bool) -> str:
 
 
 def slogdet_name(dtype: dt.DType) -> str:
+    """The ``lu_slogdet`` kernel of ``dtype``: for complex input its ``sign`` and ``det`` are
+    complex, ``logabsdet`` is of the real dtype of matching precision."""
     return f"ignis::linalg::lu_slogdet<{CTYPE[dtype]}>"
 
 
@@ -69,13 +93,24 @@ def kernel_names() -> dict[str, list[str]]:
 
 class _Call:
     """What every routine needs: the library, the precision letter, the handle bound to the
-    backend's stream, and the temporaries to keep alive until all the work is queued."""
+    backend's stream, and the temporaries to keep alive until all the work is queued.
+
+    ``item`` is the byte size of the matrices' elements (and of the workspace's), ``real_item``
+    that of the real results (eigenvalues, singular values): they differ for complex dtypes.
+    """
 
     def __init__(self, backend: Any, op: str, dtype: dt.DType):
+        prec = _PREC.get(dtype)
+        if prec is None:  # the front end refuses these first; a direct call gets this
+            raise DTypeError(
+                f"{op}: cuSOLVER factors float32, float64, complex64 and complex128 matrices, "
+                f"got {dtype.name}"
+            )
         self.lib = _cusolver.require(op, _cuda_major())
         self.backend = backend
-        self.prec = _PREC[dtype]
+        self.prec = prec
         self.item = dtype.itemsize
+        self.real_item = dt.real_of(dtype).itemsize
         activate(backend.gpu)
         self.stream = backend.stream
         self.handle = self.lib.handle(backend.gpu)
@@ -222,7 +257,8 @@ def qr(backend: Any, q: NvArray, r: NvArray, x: NvArray, complete: bool) -> None
     # R: the upper triangle of the first mq rows of the factored column-major matrix.
     backend.copy(r, _t(a)[:, :mq, :])
     _zero_triangle(backend, r, keep_lower=False)
-    # Q: orgqr expands the k reflectors (the first k columns) into mq columns of m rows.
+    # Q: orgqr (ungqr for complex) expands the k reflectors (the first k columns) into mq
+    # columns of m rows.
     qc = c.new((batch, mq, m), x.dtype)  # column-major (m x mq)
     if mq > k:
         backend.fill(qc, 0)  # orgqr sets the extra columns itself; no stale NaN to meet
@@ -239,9 +275,11 @@ def qr(backend: Any, q: NvArray, r: NvArray, x: NvArray, complete: bool) -> None
 def eigh(backend: Any, w: NvArray, v: NvArray | None, info: NvArray, x: NvArray) -> None:
     batch, n, _ = x.shape
     c = _Call(backend, "linalg.eigh", x.dtype)
-    a = c.copy_of(x)  # x^T column-major; its upper triangle is x's lower one, as NumPy reads
+    # x itself, column-major, read from its lower triangle as NumPy reads it. (Not x^T: for a
+    # Hermitian x that is conj(x), whose eigenvectors are the conjugates of x's.)
+    a = c.copy_of(_t(x))
     jobz = _cusolver.EIG_NOVECTOR if v is None else _cusolver.EIG_VECTOR
-    uplo = _cusolver.FILL_UPPER
+    uplo = _cusolver.FILL_LOWER
     base, wbase = _ptr(a), _ptr(w)
     params = c.lib.syevj_params() if batch > 1 and n <= SYEVJ_BATCHED_MAX_N else 0
     if params and c.lib.has("syevjBatched", c.prec):
@@ -253,10 +291,10 @@ def eigh(backend: Any, w: NvArray, v: NvArray | None, info: NvArray, x: NvArray)
         work = c.workspace(lwork)
         step = n * n * c.item
         for b in range(batch):
-            c("syevd", jobz, uplo, n, base + b * step, n, wbase + b * n * c.item, work, lwork,
-              _ptr(info) + b * _INT32)
+            c("syevd", jobz, uplo, n, base + b * step, n, wbase + b * n * c.real_item, work,
+              lwork, _ptr(info) + b * _INT32)
     if v is not None:
-        backend.copy(v, _t(a))  # eigenvectors are cuSOLVER's columns: row-major rows here
+        backend.copy(v, _t(a))  # eigenvectors: cuSOLVER's columns, x's columns again here
 
 
 def svd(backend: Any, u: NvArray | None, s: NvArray, vh: NvArray | None, info: NvArray,
@@ -291,7 +329,7 @@ def svd(backend: Any, u: NvArray | None, s: NvArray, vh: NvArray | None, info: N
     for b in range(batch):
         pu = 0 if u_dst is None else _ptr(u_dst) + b * u_step
         pvt = 0 if vt_dst is None else _ptr(vt_dst) + b * vt_step
-        c("gesvd", jobu, jobvt, rows, cols, base + b * step, rows, sbase + b * k * c.item,
+        c("gesvd", jobu, jobvt, rows, cols, base + b * step, rows, sbase + b * k * c.real_item,
           pu, rows, pvt, cols, work, lwork, 0, _ptr(info) + b * _INT32)
     if vectors and not wide:
         backend.copy(u, _t(u_dst))
