@@ -375,7 +375,7 @@ def test_strided_inputs_given_outputs_max_without_identity_and_splits(rng) -> No
     x = ignis.asarray(a, device="cuda:0")
     amax = ReductionKernel("T x", "T y", "x", "max(a, b)", "y = a", None, "amax")
     np.testing.assert_array_equal(amax(x[::2, ::-3], axis=1).to_host(), a[::2, ::-3].max(axis=1))
-    out = ignis.zeros((5, 64), device="cuda:0")[2]
+    out = ignis.zeros((5, 64), dtype="float64", device="cuda:0")[2]  # T is x's float64
     assert amax(x.T, axis=0, out=out) is out
     np.testing.assert_array_equal(out.to_host(), a.max(axis=1))
     big = rng.standard_normal(3_000_000)
