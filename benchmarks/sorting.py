@@ -2,9 +2,13 @@
 process.
 
 Cases (float32 unless named): ``sort`` and ``argsort`` of 2**24 random values (also int32 and
-int64 keys, and rows of 4096 and of 256 elements), ``cumulative_sum`` (float32 and int64),
-``unique_values`` (2**24 values drawn from 2**20 distinct ones, and from 1000) and
-``searchsorted`` of 2**24 random queries in 2**24 sorted values. Both libraries read the same
+int64 keys, int32 keys of 1000 distinct values, whose two high key bytes are alike in every key
+so that their radix passes have no work, and rows of 4096 and of 256 elements),
+``cumulative_sum`` (float32, int64 and complex64), ``unique_values``, ``unique_counts``,
+``unique_inverse`` and ``unique_all`` (2**24 values drawn from 2**20 distinct ones, and from
+1000; PyTorch's ``torch.unique`` with the matching ``return_inverse`` / ``return_counts``, it
+has no first indices: ``unique_all`` computes them besides) and ``searchsorted`` of 2**24
+random queries in 2**24 sorted values. Both libraries read the same
 device memory (shared through DLPack). Each time is the median of several rounds timed with
 CUDA events on the library's own stream, each round running the op a few times back to back
 after a warm-up. ``speed vs torch`` is PyTorch's time over ignis's (above 1: ignis is faster;
@@ -76,6 +80,24 @@ def _same_scan(ours: Any, theirs: Any) -> bool:
     return max_rel_diff(ours, theirs) < 1e-3
 
 
+def _same_complex_scan(ours: Any, theirs: Any) -> bool:
+    a = ours.to_host().astype(np.complex128)
+    b = theirs.cpu().numpy().astype(np.complex128)
+    scale = np.maximum(np.abs(b), np.max(np.abs(b)) * 1e-3 + 1e-30)
+    return bool(np.max(np.abs(a - b) / scale) < 1e-3)
+
+
+def _same_unique(fields: tuple[str, ...]) -> Callable[[Any, Any], bool]:
+    """Compare ignis's unique result (a namedtuple) with torch.unique's tuple, field by field:
+    values, then inverse and counts where asked."""
+
+    def check(ours: Any, theirs: Any) -> bool:
+        mine = [ours.values] + [getattr(ours, f) for f in fields]
+        return all(_same_values(a, b) for a, b in zip(mine, theirs, strict=True))
+
+    return check
+
+
 def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
     """(name, input description, make torch input, ignis fn, torch fn, results agree?)."""
     import torch
@@ -108,6 +130,31 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
     rows4k, rows256 = randn(N // 4096, 4096), randn(N // 256, 256)
     few = randint(1 << 20, torch.int32, N).float()
     small = randint(1000, torch.int32, N)
+    z = torch.complex(randn(N), randn(N))
+    unique_rows = [
+        (
+            f"unique_{kind}",
+            what,
+            make,
+            fn,
+            lambda t, kw=kw: torch.unique(t, **kw),
+            _same_unique(fields),
+        )
+        for what, make in (
+            ("float32 2^24 of 2^20", lambda: few),
+            ("int32 2^24 of 1000", lambda: small),
+        )
+        for kind, fn, kw, fields in (
+            ("counts", ignis.unique_counts, {"return_counts": True}, ("counts",)),
+            ("inverse", ignis.unique_inverse, {"return_inverse": True}, ("inverse_indices",)),
+            (
+                "all",
+                ignis.unique_all,
+                {"return_inverse": True, "return_counts": True},
+                ("inverse_indices", "counts"),
+            ),
+        )
+    ]
     return [
         (
             "sort",
@@ -129,6 +176,14 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             "sort",
             "int64 2^24",
             lambda: i64,
+            lambda x: ignis.sort(x),
+            lambda t: torch.sort(t).values,
+            _same_values,
+        ),
+        (
+            "sort",
+            "int32 2^24 of 1000",
+            lambda: small,
             lambda x: ignis.sort(x),
             lambda t: torch.sort(t).values,
             _same_values,
@@ -230,6 +285,14 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             _same_values,
         ),
         (
+            "cumulative_sum",
+            "complex64 2^24",
+            lambda: z,
+            lambda x: ignis.cumulative_sum(x),
+            lambda t: torch.cumsum(t, 0),
+            _same_complex_scan,
+        ),
+        (
             "cumulative_sum (look-back)",
             "float32 2^24",
             lambda: f,
@@ -269,6 +332,7 @@ def cases() -> list[tuple[str, str, Callable, Callable, Callable, Callable]]:
             lambda t: torch.unique(t),
             _same_values,
         ),
+        *unique_rows,
         (
             "searchsorted",
             "float32 2^24 in 2^24",

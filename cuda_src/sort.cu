@@ -14,19 +14,23 @@
 // Kernels (all 64-bit indexed; tiles of TILE = 256 threads x 16 items):
 //   radix_histogram / radix_onesweep  the stable LSD radix sort on 8-bit digits (Onesweep):
 //       one launch reads the keys once and counts the digits of every pass per row; then one
-//       launch a pass ranks each tile (warp-private digit counters, __match_any_sync among 32
+//       launch a pass ranks each tile (warp-private digit counters, match_digit among 32
 //       keys), publishes its per-digit counts at once and finds where its keys go by a
 //       decoupled look-back over the counts of the row's earlier tiles (tile ids from a
 //       counter, in start order), then scatters through shared memory, coalesced. The first
 //       pass reads the input and makes its keys; the last writes the outputs (values rebuilt
 //       from keys, int64 indices; positions travel as uint32 until then).
+//   radix_plan        between the two: which passes have work in each row. A pass whose digit
+//       is the same in every key of a row (one bin of the row's histogram holds all n) would
+//       keep the order; its launch returns at once for the row, and the passes with work take
+//       the first / last roles among themselves (small integers: the high bytes, skipped).
 //   sort_rows_tile    rows of at most TILE elements: one block a row runs every radix pass in
-//       shared memory (read once, written once).
+//       shared memory (read once, written once), but the passes whose digit no key varies.
 //   radix_upsweep / radix_downsweep   the earlier form of the radix sort, three launches a
 //       pass (kept to compare with): one pass of a stable LSD radix sort on 8-bit digits of
 //       the keys of rows of n elements (tiles never cross a row, so per-(row, digit, tile)
 //       counts scanned in row-major order give each tile its scatter offsets directly). The
-//       downsweep ranks a tile stably (warp-local digit counters through __match_any_sync),
+//       downsweep ranks a tile stably (warp-local digit counters through match_digit),
 //       exchanges it through shared memory into digit order and writes it out coalesced. The
 //       first pass reads the input and makes its keys; the last writes the outputs (values
 //       rebuilt from keys, int64 indices).
@@ -49,8 +53,12 @@
 //   count_flags / compact_flags   stream compaction in two passes around a scan of the tile
 //       counts by scan_tile_prefixes (nonzero elements, or the first element of each run of
 //       equal sorted values).
-//   searchsorted      binary search of canonical keys.
+//   complex_keys / gather_rows   complex numbers sort by uint64 keys in NumPy's order
+//       (ComplexKey below; complex128 by two, least significant first), their values gathered
+//       by the resulting order.
+//   searchsorted      binary search of canonical keys (complex: key pairs).
 //   unravel           flat index -> coordinate along one dimension.
+#include "complex.cuh"
 #include "ignis_types.cuh"
 
 #if defined(__CUDACC__)
@@ -158,6 +166,21 @@ template <class T> SORT_DEV uint32 digit(T key, int shift) {
 
 SORT_DEV uint32 lanemask_lt(int lane) { return (1u << lane) - 1u; }
 
+// The lanes of the (converged, full) warp whose d (a digit, or RADIX for "no key": 9 bits)
+// equals this lane's: one ballot a bit. match.any.sync is much slower than these 9 ballots when
+// the labels are this short (CUB ranks the same way).
+SORT_DEV unsigned match_digit(uint32 d) {
+  static_assert(RADIX == 256, "9-bit labels: the digits and RADIX");
+  unsigned peers = FULL;
+#pragma unroll
+  for (int b = 0; b < 9; ++b) {
+    const bool set = ((d >> b) & 1u) != 0;
+    const unsigned m = __ballot_sync(FULL, set);
+    peers &= set ? m : ~m;
+  }
+  return peers;
+}
+
 // Block-wide exclusive sum of one uint32 per thread (all THREADS threads call it); `sums` is
 // WARPS words of shared memory. Ends with a barrier: `sums` may be reused after it.
 SORT_DEV uint32 block_exclusive_sum(uint32 v, uint32* sums, uint32* total) {
@@ -214,7 +237,7 @@ __global__ void __launch_bounds__(THREADS)
     }
     // One shared atomic per distinct digit of the warp: keys of few distinct digits (the high
     // bytes of small integers) do not serialize on one counter.
-    const unsigned peers = __match_any_sync(FULL, d);
+    const unsigned peers = match_digit(d);
     if (d < RADIX && lane == __ffs(peers) - 1) atomicAdd(&hist[d], (uint32)__popc(peers));
   }
   __syncthreads();
@@ -264,7 +287,7 @@ __global__ void __launch_bounds__(THREADS)
     idx[r] = 0;
     if (carry && valid) idx[r] = first ? (uint32)(start + j) : idx_in[base + j];
     const uint32 d = valid ? digit(k, shift) : (uint32)RADIX;
-    const unsigned peers = __match_any_sync(FULL, d);
+    const unsigned peers = match_digit(d);
     const uint32 before = valid ? warp_count[warp][d] : 0u;
     pos[r] = before + (uint32)__popc(peers & lanemask_lt(lane));
     __syncwarp();
@@ -404,14 +427,58 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// plan[seg]: bit p set when pass p has work in row seg, i.e. the row's keys do not all share
+// their digit of pass p (no bin of the row's histogram of the pass holds all n keys). A pass
+// without work would leave the order as it is: its launch returns at once for that row, and the
+// passes with work take the first/last roles and alternate the buffers among themselves. A row
+// of keys all alike keeps its last pass (it writes the outputs). One block a row.
+template <class T>
+__global__ void __launch_bounds__(THREADS) radix_plan(const uint32* hist, uint32* plan, int64 n) {
+  constexpr int PASSES = (int)sizeof(typename Key<T>::K);
+  __shared__ uint32 constant[PASSES];
+  const int tid = threadIdx.x;
+  const int64 seg = (int64)blockIdx.x;
+  if (tid < PASSES) constant[tid] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int p = 0; p < PASSES; ++p)
+    if (hist[(seg * PASSES + p) * RADIX + tid] == (uint32)n) constant[p] = 1;  // one bin at most
+  __syncthreads();
+  if (tid == 0) {
+    uint32 mask = 0;
+    for (int p = 0; p < PASSES; ++p)
+      if (!constant[p]) mask |= 1u << p;
+    plan[seg] = mask ? mask : 1u << (PASSES - 1);
+  }
+}
+
+// The role of pass `pass` in a row with plan `mask` (radix_plan's): whether it runs, whether it
+// is the first or the last that runs, and which ping-pong buffer it reads (0/1; the first reads
+// the input) and writes (the last writes the outputs). Pure: the host tests mirror it.
+struct PassRole {
+  bool runs, first, last;
+  int read, write;
+};
+SORT_DEV PassRole pass_role(uint32 mask, int pass) {
+  PassRole r;
+  const int k = __popc(mask & ((1u << pass) - 1u));  // passes with work before this one
+  const int active = __popc(mask);
+  r.runs = ((mask >> pass) & 1u) != 0;
+  r.first = k == 0;
+  r.last = k == active - 1;
+  r.read = (k + 1) & 1;  // pass k reads what pass k - 1 wrote
+  r.write = k & 1;
+  return r;
+}
+
 // Ranks the ITEMS keys of each thread of a tile (warp w holds elements [w * 32 * ITEMS, ...),
 // element r * 32 + lane of it in key[r]) stably by their digit at `shift`: on return slot[r] is
 // the element's place in the tile in digit order (keys of equal digit in element order), and
 // for thread d, *count the tile's keys of digit d. valid: elements that exist (the others get
 // no slot). warp_count is zero on entry; local_base and sums are scratch.
 //   1. each warp walks its keys in element order: the keys of one digit among 32 are found by
-//      __match_any_sync, and their leader takes as many places from the warp's counter of the
-//      digit with one shared atomic (no counter is hit by more than one lane at a time);
+//      match_digit (9 ballots), and their leader takes as many places from the warp's counter
+//      of the digit with one shared atomic (no counter is hit by more than one lane at a time);
 //   2. per digit, the warps' counts scanned in warp order, the digits' totals across digits;
 //   3. each place moved by its warp's and its digit's offsets.
 // Between 2 and 3 `between()` runs (every thread calls it): the Onesweep pass publishes its
@@ -425,7 +492,7 @@ SORT_DEV void rank_tile(const K* key, const bool* valid, int shift, uint32* slot
 #pragma unroll
   for (int r = 0; r < ITEMS; ++r) {
     d[r] = valid[r] ? digit(key[r], shift) : (uint32)RADIX;
-    const unsigned peers = __match_any_sync(FULL, d[r]);
+    const unsigned peers = match_digit(d[r]);
     const int leader = __ffs(peers) - 1;
     uint32 before = 0;
     if (d[r] < RADIX && lane == leader)
@@ -456,16 +523,19 @@ struct NoStep {
   SORT_DEV void operator()() const {}
 };
 
-// One pass of the Onesweep sort. keys_in / idx_in / keys_out / idx_out and first / last /
-// carry / desc / exact as radix_downsweep's; hist from radix_histogram; status the look-back
-// words (tiles x RADIX, see above); counter: this pass's tile counter (zeroed). One block a
-// tile, in the order of the tile ids the counter hands out (row-major), so the tiles a block
-// waits for have all started and publish their counts before they wait for anything.
+// One pass of the Onesweep sort. x: the T elements; keys0/keys1 and idx0/idx1: the ping-pong
+// buffers of keys and uint32 positions (the passes with work alternate them: see pass_role);
+// values / indices: the outputs, T values rebuilt from the keys and int64 indices (either may
+// be null); carry / desc / exact as radix_downsweep's; hist from radix_histogram, plan from
+// radix_plan; status the look-back words (tiles x RADIX, see above); counter: this pass's tile
+// counter (zeroed). One block a tile, in the order of the tile ids the counter hands out
+// (row-major), so the tiles a block waits for have all started and publish their counts before
+// they wait for anything (a row whose pass has no work returns before: none waits for it).
 template <class T>
 __global__ void __launch_bounds__(THREADS)
-    radix_onesweep(const void* keys_in, const uint32* idx_in, void* keys_out, void* idx_out,
-                   const uint32* hist, uint64* status, uint32* counter, int64 n,
-                   int64 tiles_per_seg, int pass, bool first, bool last, bool carry, bool desc,
+    radix_onesweep(const T* x, void* keys0, void* keys1, uint32* idx0, uint32* idx1, T* values,
+                   int64* indices, const uint32* hist, const uint32* plan, uint64* status,
+                   uint32* counter, int64 n, int64 tiles_per_seg, int pass, bool carry, bool desc,
                    bool exact) {
   typedef Key<T> KT;
   typedef typename KT::K K;
@@ -483,6 +553,13 @@ __global__ void __launch_bounds__(THREADS)
   __syncthreads();
   const int64 tile = (int64)tile_id;
   const int64 seg = tile / tiles_per_seg;
+  const PassRole role = pass_role(plan[seg], pass);
+  if (!role.runs) return;  // (the whole block: the row's digit of this pass is constant)
+  const bool first = role.first, last = role.last;
+  const void* keys_in = first ? (const void*)x : role.read ? keys1 : keys0;
+  const uint32* idx_in = role.read ? idx1 : idx0;
+  void* keys_out = last ? (void*)values : role.write ? keys1 : keys0;
+  void* idx_out = last ? (void*)indices : role.write ? (void*)idx1 : (void*)idx0;
   const int64 t = tile - seg * tiles_per_seg;
   const int64 start = t * TILE;
   const int len = (int)(n - start < TILE ? n - start : TILE);
@@ -581,7 +658,8 @@ __global__ void __launch_bounds__(THREADS)
 // One block per row of n <= TILE elements: the keys are read once, sorted by all their digits
 // with rank_tile (keys and positions exchanged through shared memory between passes) and
 // written once. Padding (elements n..TILE-1) takes the largest key; being after every element,
-// a stable sort keeps it after them.
+// a stable sort keeps it after them. A pass whose digit is the same in every key of the row is
+// skipped (it would keep the order: padding, all ones, stays after the elements either way).
 
 template <class T>
 __global__ void __launch_bounds__(THREADS)
@@ -594,6 +672,7 @@ __global__ void __launch_bounds__(THREADS)
   __shared__ uint32 local_base[RADIX];
   __shared__ uint32 sums[WARPS];
   __shared__ S exchange[TILE];
+  __shared__ uint64 warp_or[WARPS], warp_and[WARPS];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64 row = blockIdx.x;
   const K* src = reinterpret_cast<const K*>(x) + row * n;
@@ -602,14 +681,38 @@ __global__ void __launch_bounds__(THREADS)
   K key[ITEMS];
   bool valid[ITEMS];
   uint32 idx[ITEMS];
+  uint64 any_set = 0, all_set = ~0ull;  // over the row's keys: the bits set in some / in all
 #pragma unroll
   for (int r = 0; r < ITEMS; ++r) {
     const int j = wbase + r * 32 + lane;
     key[r] = j < n ? KT::of(src[j], desc, exact) : KT::ONES;
     valid[r] = true;
     idx[r] = (uint32)j;
+    if (j < n) {
+      any_set |= (uint64)key[r];
+      all_set &= (uint64)key[r];
+    }
   }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    any_set |= __shfl_xor_sync(FULL, any_set, o);
+    all_set &= __shfl_xor_sync(FULL, all_set, o);
+  }
+  if (lane == 0) {
+    warp_or[warp] = any_set;
+    warp_and[warp] = all_set;
+  }
+  __syncthreads();
+  any_set = 0;
+  all_set = ~0ull;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    any_set |= warp_or[w];
+    all_set &= warp_and[w];
+  }
+  const uint64 varying = any_set & ~all_set;  // the bits that differ between two keys of the row
   for (int p = 0; p < PASSES; ++p) {
+    if (((varying >> (8 * p)) & 0xffu) == 0) continue;  // (the same in every thread)
     for (int i = tid; i < WARPS * RADIX; i += THREADS) (&warp_count[0][0])[i] = 0;
     __syncthreads();
     uint32 slot[ITEMS];
@@ -716,6 +819,19 @@ template <> SORT_DEV bfloat16 store_acc<bfloat16, float>(float v) { return bfloa
 template <class A> SORT_DEV A neg_zero() { return (A)0; }
 template <> SORT_DEV float neg_zero<float>() { return -0.0f; }
 template <> SORT_DEV double neg_zero<double>() { return -0.0; }
+template <> SORT_DEV complex64 neg_zero<complex64>() { return complex64(-0.0f, -0.0f); }
+template <> SORT_DEV complex128 neg_zero<complex128>() { return complex128(-0.0, -0.0); }
+
+// Warp shuffles of scan values: complex numbers move part by part (the intrinsics take
+// numbers only).
+template <class A> SORT_DEV A shfl_up(A v, int o) { return __shfl_up_sync(FULL, v, o); }
+template <class A> SORT_DEV A shfl_idx(A v, int src) { return __shfl_sync(FULL, v, src); }
+template <class R> SORT_DEV complex<R> shfl_up(complex<R> v, int o) {
+  return complex<R>(__shfl_up_sync(FULL, v.re, o), __shfl_up_sync(FULL, v.im, o));
+}
+template <class R> SORT_DEV complex<R> shfl_idx(complex<R> v, int src) {
+  return complex<R>(__shfl_sync(FULL, v.re, src), __shfl_sync(FULL, v.im, src));
+}
 
 // identity: x op identity == x bit for bit (-0.0 for float sums, so that a leading -0.0 stays);
 // initial: the value include_initial puts first (+0, 1).
@@ -1116,14 +1232,14 @@ SORT_DEV typename ScanLayout<T>::A scan_tile_local(
     A incl = g[L::VEC - 1];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const A y = __shfl_up_sync(FULL, incl, o);
+      const A y = shfl_up(incl, o);
       if (lane >= o) incl = Op::apply(y, incl);
     }
-    A before = __shfl_up_sync(FULL, incl, 1);
+    A before = shfl_up(incl, 1);
     before = lane == 0 ? carry : Op::apply(carry, before);
 #pragma unroll
     for (int e = 0; e < L::VEC; ++e) g[e] = Op::apply(before, g[e]);
-    carry = Op::apply(carry, (A)__shfl_sync(FULL, incl, 31));
+    carry = Op::apply(carry, shfl_idx(incl, 31));
   }
   if (lane == 0) warp_totals[warp] = carry;
   __syncthreads();
@@ -1184,10 +1300,10 @@ __global__ void __launch_bounds__(THREADS)
     A incl = v[PER - 1];
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const A y = __shfl_up_sync(FULL, incl, o);
+      const A y = shfl_up(incl, o);
       if (lane >= o) incl = Op::apply(y, incl);
     }
-    A lane_before = __shfl_up_sync(FULL, incl, 1);
+    A lane_before = shfl_up(incl, 1);
     if (lane == 31) warp_totals[warp] = incl;
     __syncthreads();
     A before = carry, chunk = Op::template identity<A>();
@@ -1252,10 +1368,13 @@ SORT_DEV int32 as_compared(int32 v) { return v; }
 SORT_DEV uint32 as_compared(uint32 v) { return v; }
 SORT_DEV int64 as_compared(int64 v) { return v; }
 SORT_DEV uint64 as_compared(uint64 v) { return v; }
+template <class R> SORT_DEV complex<R> as_compared(complex<R> v) { return v; }  // part by part
 
 template <class T, int MODE> SORT_DEV int flag_at(const T* x, int64 i) {
   if constexpr (MODE == 0) {
     return (i == 0 || !(as_compared(x[i]) == as_compared(x[i - 1]))) ? 1 : 0;
+  } else if constexpr (is_complex<T>::value) {
+    return (x[i].re != 0 || x[i].im != 0) ? 1 : 0;  // (a NaN part is nonzero)
   } else {
     typedef typename Key<T>::K K;
     return Key<T>::nonzero(reinterpret_cast<const K*>(x)[i]) ? 1 : 0;
@@ -1313,25 +1432,109 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// --- complex order -----------------------------------------------------------------------------
+// NumPy orders complex numbers (npysort's CFLOAT_LT) in four classes: neither part NaN, by
+// (re, im) lexicographically; then a NaN imaginary part only, by re; then a NaN real part only,
+// by im; then both NaN, all equal. ComplexKey<R> maps a complex number to a pair (hi, lo) of
+// unsigned keys of R's width whose lexicographic order is that order, equal pairs for equal
+// numbers (-0.0 as +0.0): the parts' canonical keys (Key<R>, NaN all ones). Keys of non-NaN
+// floats are at most key(+inf), so the range above it (2^23 keys for float, 2^52 for double) is
+// free: a class-1 or class-2 number puts its part's key there split in halves, the upper half
+// in hi above key(+inf) + 1 (class 2 a further 2^(width/2) above) and the lower half at the top
+// of lo; class 3 is all ones.
+
+template <class R> struct ComplexKey {
+  typedef Key<R> KR;
+  typedef typename KR::K K;
+  static constexpr int HALF = (int)sizeof(K) * 4;
+  static constexpr K TOP = (K)((K)(KR::INF | KR::SIGN) + 1);  // the first key above +inf's
+  static SORT_DEV K part_bits(R v) { return (K)detail::bits_of(v); }
+  static SORT_DEV void of(complex<R> z, K* hi, K* lo) {
+    const K re = part_bits(z.re), im = part_bits(z.im);
+    const bool nan_re = (K)(re & KR::MAG) > KR::INF, nan_im = (K)(im & KR::MAG) > KR::INF;
+    const K kr = KR::up(re, false), ki = KR::up(im, false);
+    if (!nan_re && !nan_im) {
+      *hi = kr;
+      *lo = ki;
+    } else if (!nan_re) {
+      *hi = (K)(TOP + (kr >> HALF));
+      *lo = (K)(kr << HALF);
+    } else if (!nan_im) {
+      *hi = (K)(TOP + ((K)1 << HALF) + (ki >> HALF));
+      *lo = (K)(ki << HALF);
+    } else {
+      *hi = KR::ONES;
+      *lo = KR::ONES;
+    }
+  }
+};
+
+// The keys radix sorts of complex numbers sort by: complex64, one uint64 (hi << 32 | lo) in hi;
+// complex128, the uint64 halves in hi and lo (sorted by lo first, then stably by hi).
+template <class C>
+__global__ void __launch_bounds__(THREADS)
+    complex_keys(const C* x, uint64* hi, uint64* lo, int64 total) {
+  typedef ComplexKey<typename C::value_type> CK;
+  for (int64 i = (int64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64)gridDim.x * blockDim.x) {
+    typename CK::K h, l;
+    CK::of(x[i], &h, &l);
+    if constexpr (sizeof(C) == 8) {
+      hi[i] = ((uint64)h << 32) | (uint64)l;
+    } else {
+      hi[i] = (uint64)h;
+      lo[i] = (uint64)l;
+    }
+  }
+}
+
+// out[i] = x[row * n + idx[i]] for the row of i = row * n + j: a gather along rows of n.
+template <class T>
+__global__ void __launch_bounds__(THREADS)
+    gather_rows(const T* x, const int64* idx, T* out, int64 total, int64 n) {
+  for (int64 i = (int64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (int64)gridDim.x * blockDim.x)
+    out[i] = x[(i / n) * n + idx[i]];
+}
+
 // --- searching ---------------------------------------------------------------------------------
 
-// out[i] = the first index of sorted (m elements, ascending in canonical key order) whose key is
-// >= (right: >) the key of values[i].
+// The comparable key of a search operand: the canonical key, or a complex number's key pair.
+template <class T, bool C = is_complex<T>::value> struct SearchKey {
+  typedef typename Key<T>::K K;
+  K k;
+  static SORT_DEV SearchKey of(T v) {
+    SearchKey s;
+    s.k = Key<T>::up(*reinterpret_cast<const K*>(&v), false);
+    return s;
+  }
+  SORT_DEV bool less(const SearchKey& o) const { return k < o.k; }
+};
+template <class T> struct SearchKey<T, true> {
+  typedef ComplexKey<typename T::value_type> CK;
+  typename CK::K hi, lo;
+  static SORT_DEV SearchKey of(T v) {
+    SearchKey s;
+    CK::of(v, &s.hi, &s.lo);
+    return s;
+  }
+  SORT_DEV bool less(const SearchKey& o) const { return hi < o.hi || (hi == o.hi && lo < o.lo); }
+};
+
+// out[i] = the first index of sorted (m elements, ascending in canonical key order; complex:
+// NumPy's order) whose key is >= (right: >) the key of values[i].
 template <class T>
 __global__ void __launch_bounds__(THREADS)
     searchsorted(const T* sorted, int64 m, const T* values, int64 n, int64* out, bool right) {
-  typedef Key<T> KT;
-  typedef typename KT::K K;
-  const K* s = reinterpret_cast<const K*>(sorted);
-  const K* v = reinterpret_cast<const K*>(values);
+  typedef SearchKey<T> SK;
   for (int64 i = (int64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64)gridDim.x * blockDim.x) {
-    const K key = KT::up(v[i], false);
+    const SK key = SK::of(values[i]);
     int64 lo = 0, hi = m;
     while (lo < hi) {
       const int64 mid = (lo + hi) >> 1;
-      const K k = KT::up(s[mid], false);
-      if (right ? k <= key : k < key) {
+      const SK k = SK::of(sorted[mid]);
+      if (right ? !key.less(k) : k.less(key)) {  // k <= key : k < key
         lo = mid + 1;
       } else {
         hi = mid;

@@ -418,8 +418,6 @@ def test_other_real_only_functions_refuse_complex(device: str) -> None:
         (lambda: ignis.argmax(x), "argmax"),
         (lambda: ignis.var(x), "var"),
         (lambda: ignis.std(x), "std"),
-        (lambda: ignis.sort(x), "sort"),
-        (lambda: ignis.argsort(x), "argsort"),
         (lambda: x < x, "less"),
         (lambda: ignis.sum(x, dtype="float64"), "sum"),
     ]:

@@ -27,6 +27,8 @@ from ignis import CompileOptions, _sources
 # Every real dtype: those of array_helpers and the integers the CUDA type table added since.
 DTYPES = ALL + [d for d in ("int16", "uint16", "uint32", "uint64") if d not in ALL]
 INTS = [d for d in DTYPES if d != "bool" and d not in FLOATS]
+CDTYPES = ["complex64", "complex128"]
+EVERY = DTYPES + CDTYPES  # (the functions here take complex numbers too)
 # cumulative_sum's default result dtype (the standard's rule with int64 the default integer)
 SCAN_RESULT = {
     "int8": "int64",
@@ -39,7 +41,14 @@ SCAN_RESULT = {
 
 
 def special_array(rng: np.random.Generator, shape: tuple, dtype: str) -> np.ndarray:
-    """Random data of ``dtype`` with many ties; floats also get NaN, +-inf and +-0.0."""
+    """Random data of ``dtype`` with many ties; floats also get NaN, +-inf and +-0.0 (complex
+    numbers in either part, independently: every NaN class of NumPy's complex order)."""
+    if dtype in CDTYPES:
+        part = "float32" if dtype == "complex64" else "float64"
+        out = np.empty(shape, dtype)
+        out.real = special_array(rng, shape, part)
+        out.imag = special_array(rng, shape, part)
+        return out
     if dtype == "bool":
         return rng.random(shape) < 0.5
     if dtype in INTS:
@@ -77,13 +86,28 @@ def nv(a: np.ndarray, device: str, dtype: str | None = None) -> ignis.NvArray:
     return ignis.NvArray.from_host(a, dtype=dtype, device=device)
 
 
+def same(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal element for element, NaN matching NaN (complex: part by part)."""
+    if np.iscomplexobj(want):
+        got, want = np.asarray(got), np.asarray(want)
+        return bool(
+            np.array_equal(got.real, want.real, equal_nan=True)
+            and np.array_equal(got.imag, want.imag, equal_nan=True)
+        )
+    return bool(np.array_equal(to64(got), to64(want), equal_nan=True))
+
+
 # --- checks (shared by the device tests and the emulator tests) --------------------------------
 
 SORT_CASES = [((7,), -1), ((3, 40), 1), ((4, 33, 5), 1), ((600,), 0), ((2, 2500), -1)]
 
 
 def check_sort(device: str, rng: np.random.Generator, dtype: str, shape: tuple, axis: int) -> None:
-    a = special_array(rng, shape, dtype)
+    check_sort_of(device, special_array(rng, shape, dtype), axis)
+
+
+def check_sort_of(device: str, a: np.ndarray, axis: int) -> None:
+    dtype = "bfloat16" if a.dtype == np_dtype("bfloat16") else a.dtype.name
     x = nv(a, device)
     for desc in (False, True):
         idx = ignis.argsort(x, axis=axis, descending=desc)
@@ -93,7 +117,7 @@ def check_sort(device: str, rng: np.random.Generator, dtype: str, shape: tuple, 
         got = ignis.sort(x, axis=axis, descending=desc, stable=False)
         assert got.dtype == x.dtype and got.shape == a.shape
         expected = np.take_along_axis(a, want, axis=axis)
-        assert np.array_equal(to64(got.to_host()), to64(expected), equal_nan=True), (dtype, desc)
+        assert same(got.to_host(), expected), (dtype, desc)
 
 
 def check_cumulative(
@@ -102,10 +126,15 @@ def check_cumulative(
     a = special_array(rng, shape, dtype) if dtype in INTS else None
     if a is None:  # floats: finite and moderate, so that tolerances are meaningful
         a = rng.uniform(-2, 2, size=shape).astype(np_dtype(dtype))
+        if dtype in CDTYPES:
+            a = a + 1j * rng.uniform(-2, 2, size=shape).astype(a.real.dtype)
     x = nv(a, device)
+    inexact = FLOATS + CDTYPES
     for fn, np_fn in ((ignis.cumulative_sum, np.cumsum), (ignis.cumulative_prod, np.cumprod)):
-        if fn is ignis.cumulative_prod and dtype in FLOATS:
+        if fn is ignis.cumulative_prod and dtype in inexact:
             a2 = (1 + rng.uniform(-0.01, 0.01, size=shape)).astype(np_dtype(dtype))
+            if dtype in CDTYPES:  # near the unit circle: the products stay moderate
+                a2 = a2 * np.exp(1j * rng.uniform(-0.1, 0.1, size=shape)).astype(dtype)
             x2, src = nv(a2, device), a2
         else:
             x2, src = x, a
@@ -113,7 +142,9 @@ def check_cumulative(
         out_dtype = SCAN_RESULT.get(dtype, dtype)
         assert got.dtype == ignis.asarray(np.zeros(1, np_dtype(out_dtype))).dtype
         with np.errstate(all="ignore"):
-            if dtype in FLOATS:
+            if dtype in CDTYPES:
+                ref = np_fn(src.astype(np.complex128), axis=axis)
+            elif dtype in FLOATS:
                 ref = np_fn(src.astype(np.float64), axis=axis)
             else:
                 ref = np_fn(src.astype(np_dtype(out_dtype)), axis=axis, dtype=np_dtype(out_dtype))
@@ -122,10 +153,12 @@ def check_cumulative(
             ref = np.concatenate([first(np.take(ref, [0], axis=axis)), ref], axis=axis)
         h = got.to_host()
         assert h.shape == ref.shape
-        if dtype in FLOATS:
+        if dtype in inexact:
             n = shape[axis]
-            tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-6, "float64": 1e-13}[dtype]
-            np.testing.assert_allclose(to64(h), ref, rtol=tol * 4, atol=tol * n * 4)
+            tol = {"float16": 2e-3, "bfloat16": 1.6e-2, "float32": 1e-6, "float64": 1e-13}
+            tol.update(complex64=1e-6, complex128=1e-13)
+            got64 = h.astype(np.complex128) if dtype in CDTYPES else to64(h)
+            np.testing.assert_allclose(got64, ref, rtol=tol[dtype] * 4, atol=tol[dtype] * n * 4)
         else:
             np.testing.assert_array_equal(h, ref)
 
@@ -140,7 +173,7 @@ def check_unique(device: str, rng: np.random.Generator, dtype: str, n: int) -> N
         np_order(a), return_index=True, return_inverse=True, return_counts=True, equal_nan=False
     )
     assert values.dtype == x.dtype and inverse.shape == a.shape
-    assert np.array_equal(to64(values.to_host()), to64(wv), equal_nan=True)
+    assert same(values.to_host(), wv)
     np.testing.assert_array_equal(indices.to_host(), wi)
     np.testing.assert_array_equal(inverse.to_host().reshape(-1), winv.reshape(-1))
     np.testing.assert_array_equal(counts.to_host(), wc)
@@ -150,7 +183,7 @@ def check_unique(device: str, rng: np.random.Generator, dtype: str, n: int) -> N
     np.testing.assert_array_equal(i3.to_host().reshape(-1), winv.reshape(-1))
     v4 = ignis.unique_values(x)
     for v in (v2, v3, v4):
-        assert np.array_equal(to64(v.to_host()), to64(wv), equal_nan=True)
+        assert same(v.to_host(), wv)
 
 
 def check_nonzero(device: str, rng: np.random.Generator, dtype: str, shape: tuple) -> None:
@@ -177,13 +210,13 @@ def check_searchsorted(device: str, rng: np.random.Generator, dtype: str, m: int
 # --- every backend -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 @pytest.mark.parametrize("shape,axis", SORT_CASES)
 def test_sort_and_argsort_match_numpy(device, rng, dtype, shape, axis):
     check_sort(device, rng, dtype, shape, axis)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int64", "float16", "uint8", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "int64", "float16", "uint8", "bool", *CDTYPES])
 def test_long_rows_take_the_radix_path(device, rng, dtype):
     check_sort(device, rng, dtype, (70001,), 0)
     check_sort(device, rng, dtype, (3, 9000), 1)
@@ -284,7 +317,7 @@ def test_sort_empty_and_errors(device):
         ignis.sort(x, -1)  # axis is keyword-only
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 def test_searchsorted_matches_numpy(device, rng, dtype):
     check_searchsorted(device, rng, dtype, 37)
 
@@ -313,7 +346,7 @@ def test_searchsorted_sorter_promotion_and_edges(device, rng):
         ignis.searchsorted(x1, x1, sorter=nv(np.array([0]), device))
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 @pytest.mark.parametrize("shape", [(1,), (50,), (6, 7), (3, 4, 5), (5000,)])
 def test_nonzero_matches_numpy(device, rng, dtype, shape):
     check_nonzero(device, rng, dtype, shape)
@@ -337,7 +370,7 @@ def test_nonzero_edges_and_count_nonzero(device):
     assert ignis.count_nonzero(nv(np.array(0.5), device)).tolist() == 1
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 @pytest.mark.parametrize("n", [1, 13, 400, 5000])
 def test_unique_matches_numpy(device, rng, dtype, n):
     check_unique(device, rng, dtype, n)
@@ -360,7 +393,7 @@ def test_unique_nans_are_distinct_and_zeros_are_one(device):
         ignis.unique_values(np.array([1]))
 
 
-@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+@pytest.mark.parametrize("dtype", [d for d in EVERY if d != "bool"])
 @pytest.mark.parametrize("shape,axis", [((9,), 0), ((5, 7), 1), ((6, 4, 3), 1), ((4, 5000), 1)])
 @pytest.mark.parametrize("init", [False, True])
 def test_cumulative_match_numpy(device, rng, dtype, shape, axis, init):
@@ -374,10 +407,10 @@ def test_cumulative_long_axes(device, rng, shape, axis):
 
 
 def _scan_tile(dtype: str) -> int:
-    return 2048 if np.dtype(np_dtype(dtype)).itemsize == 8 else 4096
+    return 2048 if np.dtype(np_dtype(dtype)).itemsize >= 8 else 4096
 
 
-@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+@pytest.mark.parametrize("dtype", [d for d in EVERY if d != "bool"])
 @pytest.mark.parametrize("path", cuda_sorting._SCAN_PATHS)
 def test_cumulative_across_the_tile_boundaries(device, rng, monkeypatch, dtype, path):
     monkeypatch.setattr(cuda_sorting, "SCAN_PATH", path)  # (the CPU backend ignores it)
@@ -468,8 +501,11 @@ def test_kernel_names_follow_the_c_type_table():
     assert "ignis::sort::radix_downsweep<ignis::bfloat16>" in names
     assert "ignis::sort::scan_rows<float, ignis::sort::SumOp, true>" in names
     assert not any("scan_rows<bool" in n for n in names)  # bool is summed as int64
-    with pytest.raises(TypeError, match="sort: complex64 arrays have no CUDA kernels"):
-        cuda_sorting._ctype(type("D", (), {"name": "complex64"})(), "sort")
+    assert "ignis::sort::complex_keys<ignis::complex128>" in names
+    assert "ignis::sort::searchsorted<ignis::complex64>" in names
+    assert not any("scan_rows<ignis::complex" in n for n in names)  # (three-pass scans only)
+    with pytest.raises(TypeError, match="sort: float8 arrays have no CUDA kernels"):
+        cuda_sorting._ctype(type("D", (), {"name": "float8"})(), "sort")
 
 
 # --- the CUDA host path on the stand-in GPU ----------------------------------------------------
@@ -496,17 +532,24 @@ def test_fake_gpu_short_rows_sort_in_one_launch(fake):
 
 def test_fake_gpu_onesweep_sort_launches_a_histogram_and_a_kernel_a_byte(fake):
     x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
-    ignis.sort(x)
-    assert _names(fake) == ["radix_histogram"] + ["radix_onesweep"] * 4
-    (hist, *passes) = fake.launches
+    out = ignis.sort(x)
+    assert _names(fake) == ["radix_histogram", "radix_plan"] + ["radix_onesweep"] * 4
+    (hist, plan, *passes) = fake.launches
     assert hist[1] == (2, 1, 1) and hist[2] == (256, 1, 1)  # 2 rows x 1 chunk
     assert struct.unpack("<Q", hist[4][0])[0] == x.data_ptr
+    assert plan[1] == (2, 1, 1)  # one block a row
+    hp, pp = (struct.unpack("<Q", a)[0] for a in plan[4][:2])
+    assert hp == struct.unpack("<Q", hist[4][1])[0] and struct.unpack("<q", plan[4][2])[0] == 5000
     assert all(p[1] == (4, 1, 1) for p in passes)  # 2 rows x 2 tiles
-    assert [struct.unpack("<i", p[4][9])[0] for p in passes] == [0, 1, 2, 3]
-    counters = [struct.unpack("<Q", p[4][6])[0] for p in passes]
+    assert [struct.unpack("<i", p[4][13])[0] for p in passes] == [0, 1, 2, 3]
+    counters = [struct.unpack("<Q", p[4][10])[0] for p in passes]
     assert [c - counters[0] for c in counters] == [0, 4, 8, 12]  # a tile counter a pass
-    assert struct.unpack("<Q", passes[0][4][0])[0] == x.data_ptr  # the first reads x itself
-    assert [p[4][10:] for p in passes][0] == [b"\x01", b"\x00", b"\x00", b"\x00", b"\x01"]
+    for p in passes:  # every pass gets every buffer: the plan picks the roles on the device
+        ptrs = [struct.unpack("<Q", a)[0] for a in p[4][:9]]
+        assert ptrs[0] == x.data_ptr and ptrs[5] == out.data_ptr and ptrs[6] == 0
+        assert ptrs[1] and ptrs[2] and ptrs[3] == ptrs[4] == 0  # two key buffers, no positions
+        assert ptrs[7] == hp and ptrs[8] == pp
+        assert p[4][14:] == [b"\x00", b"\x00", b"\x01"]  # no carry, ascending, exact
     fake.launches.clear()
     ignis.argsort(ignis.empty((5000,), dtype="int64", device="cuda:0"))
     assert _names(fake).count("radix_onesweep") == 8
@@ -620,7 +663,7 @@ def emulated(monkeypatch, emulated_kernels):
 
 @emulator
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 def test_emulated_sort(emulated, rng, dtype):
     check_sort("cpu", rng, dtype, (3, 40), 1)
     check_sort("cpu", rng, dtype, (5, 7, 3), 0)
@@ -629,7 +672,9 @@ def test_emulated_sort(emulated, rng, dtype):
     check_sort("cpu", rng, dtype, (3, 4096), 1)  # rows of one tile, in shared memory
     check_sort("cpu", rng, dtype, (2, 2049), 1)
     check_sort("cpu", rng, dtype, (2, 8193), 1)  # rows of three tiles, the last of one key
-    for kernel in ("radix_onesweep", "radix_histogram", "sort_rows_tile", "sort_rows_small"):
+    kernels = ["radix_onesweep", "radix_histogram", "radix_plan", "sort_rows_tile"]
+    kernels += ["sort_rows_small"] + (["complex_keys", "gather_rows"] if dtype in CDTYPES else [])
+    for kernel in kernels:
         assert any(kernel in n for n in emulated.launched), kernel
 
 
@@ -646,7 +691,7 @@ def test_emulated_lsd_sort(emulated, rng, monkeypatch, dtype):
 
 @emulator
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+@pytest.mark.parametrize("dtype", [d for d in EVERY if d != "bool"])
 def test_emulated_cumulative(emulated, rng, dtype):
     check_cumulative("cpu", rng, dtype, (9000,), 0, False)  # look-back over 3 tiles
     check_cumulative("cpu", rng, dtype, (3, 5000), 1, True)
@@ -696,7 +741,7 @@ def test_emulated_look_back_over_many_windows(emulated, rng, monkeypatch, path):
 
 @emulator
 @pytest.mark.exhaustive
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", EVERY)
 def test_emulated_sets_and_searches(emulated, rng, dtype):
     check_unique("cpu", rng, dtype, 13)
     check_unique("cpu", rng, dtype, 6000)
@@ -704,3 +749,142 @@ def test_emulated_sets_and_searches(emulated, rng, dtype):
     check_nonzero("cpu", rng, dtype, (5000,))
     check_searchsorted("cpu", rng, dtype, 37)
     assert any("compact_flags" in n for n in emulated.launched)
+
+
+# --- passes without work (radix_plan / pass_role, and their host mirrors) ------------------------
+
+
+def test_pass_plan_keeps_the_passes_whose_digit_varies():
+    n = 10
+    hist = [[0] * 256 for _ in range(4)]
+    hist[0][3], hist[0][7] = 4, 6  # pass 0: two digits
+    hist[1][0] = n  # pass 1: every key's digit is 0
+    hist[2][1], hist[2][2] = 5, 5
+    hist[3][128] = n
+    assert cuda_sorting.plan_mask(hist, n) == 0b0101
+    alike = [[n if d == 9 else 0 for d in range(256)] for _ in range(8)]
+    assert cuda_sorting.plan_mask(alike, n) == 0b1000_0000  # keys all alike: the last pass
+    roles = cuda_sorting.pass_roles(0b0101, 4)
+    assert roles[0][:3] == (True, True, False) and roles[0][4] == 0  # reads x, writes buffer 0
+    assert roles[2][:4] == (True, False, True, 0)  # reads buffer 0, writes the outputs
+    assert not roles[1][0] and not roles[3][0]
+
+
+@pytest.mark.parametrize("passes", [1, 2, 4, 8])
+def test_pass_roles_chain_the_buffers_for_every_plan(passes):
+    buffers = min(2, passes - 1)  # what the host allocates
+    for mask in range(1, 1 << passes):
+        where = "x"  # where the row's data is before each pass
+        running = [r for r in cuda_sorting.pass_roles(mask, passes) if r[0]]
+        assert len(running) == bin(mask).count("1")
+        for i, (_, first, last, read, write) in enumerate(running):
+            assert first == (i == 0) and last == (i == len(running) - 1)
+            assert where == ("x" if first else read), (mask, i)
+            if last:
+                where = "out"
+            else:
+                assert write < buffers, (mask, i)
+                where = write
+        assert where == "out"
+
+
+def _shared_digit_rows(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
+    """Three rows of ``n``: small values (their high key bytes alike), one value repeated (every
+    byte alike), values over the whole range (no byte alike): a pass plan each."""
+    if dtype in FLOATS:
+        full = rng.standard_normal(n)
+    else:
+        info = np.iinfo(dtype)
+        full = rng.integers(info.min, info.max, size=n, dtype=dtype)
+    small = rng.integers(0, 1000, size=n)
+    return np.stack([small, np.full(n, 37), full]).astype(np_dtype(dtype))
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", ["int32", "int64", "uint16", "float32", "float64"])
+def test_emulated_sort_skips_the_passes_without_work(emulated, rng, dtype):
+    a = _shared_digit_rows(rng, dtype, 9000)  # Onesweep: rows of three tiles, one plan a row
+    check_sort_of("cpu", a, 1)
+    check_sort_of("cpu", a[0], 0)
+    check_sort_of("cpu", a[1], 0)
+    check_sort_of("cpu", _shared_digit_rows(rng, dtype, 3000), 1)  # rows of one tile
+    assert any("radix_plan" in n for n in emulated.launched)
+    check_unique("cpu", rng, dtype, 9000)
+    v, c = ignis.unique_counts(ignis.asarray(a[0]))
+    wv, wc = np.unique(a[0], return_counts=True)
+    np.testing.assert_array_equal(v.to_host(), wv)
+    np.testing.assert_array_equal(c.to_host(), wc)
+
+
+# --- complex numbers ---------------------------------------------------------------------------
+
+
+def _complex(parts: list[tuple[float, float]], dtype: str) -> np.ndarray:
+    out = np.empty(len(parts), dtype)
+    out.real = [p[0] for p in parts]
+    out.imag = [p[1] for p in parts]
+    return out
+
+
+NAN = float("nan")
+# Shuffled, with NumPy's order spelled out (CFLOAT_LT): by (re, im); then NaN imaginary parts
+# by re; then NaN real parts by im; then both NaN.
+ORDERED = [
+    (-np.inf, 5.0),
+    (-1.0, -np.inf),
+    (-1.0, 2.0),
+    (0.0, -1.0),
+    (-0.0, 0.0),
+    (0.0, -0.0),
+    (0.0, 3.0),
+    (2.0, np.inf),
+    (np.inf, -2.0),
+    (-3.0, NAN),
+    (1.0, NAN),
+    (NAN, -7.0),
+    (NAN, 4.0),
+    (NAN, NAN),
+]
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_complex_order_is_numpys(device, rng, dtype):
+    perm = rng.permutation(len(ORDERED))
+    a = _complex([ORDERED[i] for i in perm], dtype)
+    want = np.argsort(a, kind="stable")
+    got = ignis.argsort(nv(a, device)).to_host()
+    np.testing.assert_array_equal(got, want)
+    assert same(np.sort(a), _complex(ORDERED, dtype))  # (the table is NumPy's order)
+    assert same(ignis.sort(nv(a, device)).to_host(), _complex(ORDERED, dtype))
+    d = ignis.argsort(nv(a, device), descending=True).to_host()
+    np.testing.assert_array_equal(d, np_argsort(a, 0, True))
+    pos = ignis.searchsorted(nv(np.sort(a), device), nv(a, device), side="right").to_host()
+    np.testing.assert_array_equal(pos, np.searchsorted(np.sort(a), a, side="right"))
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_complex_unique_keeps_nans_distinct_and_zeros_one(device, dtype):
+    a = _complex([(1, NAN), (0, -0.0), (-0.0, 0), (1, NAN), (2, 1), (NAN, NAN), (2, 1)], dtype)
+    r = ignis.unique_all(nv(a, device))
+    v = r.values.to_host()
+    assert v.shape == (5,) and v[0] == 0 and v[1] == 2 + 1j
+    assert r.counts.tolist() == [2, 2, 1, 1, 1] and r.indices.tolist() == [1, 4, 0, 3, 5]
+    assert r.inverse_indices.tolist() == [2, 0, 0, 3, 1, 4, 1]
+    nz = ignis.nonzero(nv(_complex([(0, 0), (0, 1), (-0.0, 0), (NAN, 0)], dtype), device))
+    assert nz[0].tolist() == [1, 3]
+    assert int(ignis.count_nonzero(nv(a, device)).item()) == 5
+
+
+def test_complex_cumulative_dtypes_and_errors(device):
+    z = nv(np.array([1 + 2j, 3 - 1j, -1j], np.complex64), device)
+    s = ignis.cumulative_sum(z, include_initial=True)
+    assert s.dtype == ignis.complex64 and s.tolist() == [0, 1 + 2j, 4 + 1j, 4]
+    p = ignis.cumulative_prod(z, dtype="complex128")
+    assert p.dtype == ignis.complex128 and p.tolist() == [1 + 2j, 5 + 5j, 5 - 5j]
+    assert ignis.cumulative_sum(nv(np.array([1.5, 2.0]), device), dtype="complex64").tolist() == [
+        1.5,
+        3.5,
+    ]
+    with pytest.raises(TypeError, match="cumulative_sum: cannot accumulate complex complex64"):
+        ignis.cumulative_sum(z, dtype="float32")

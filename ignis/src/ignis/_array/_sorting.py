@@ -17,6 +17,13 @@ Semantics (written once here; the backends execute the families ``sort``, ``cumu
 * :func:`nonzero` and the unique functions have data-dependent result sizes: on the GPU they
   wait once for the device to learn them. Everything else is queued without waiting;
 * the index results are int64 (the default index dtype);
+* complex numbers (complex64, complex128) are taken by every function here. They order as
+  NumPy orders them: by real part, then imaginary part, NaN-containing values last: first
+  those with a NaN imaginary part only (by real part), then those with a NaN real part only
+  (by imaginary part), then those with both parts NaN (the standard leaves sorting complex
+  numbers unspecified; it requires the unique functions, which need equality only, and the
+  cumulative ones). A complex number with a NaN part is a NaN: the unique functions keep each
+  one distinct;
 * :func:`cumulative_sum` / :func:`cumulative_prod` return the input's dtype, except that bool
   and signed integers narrower than int64 give int64 and unsigned ones narrower than 64 bits
   uint64 (the standard's rule; ``dtype=`` overrides it, and the input is converted to it
@@ -78,15 +85,13 @@ class UniqueInverseResult(NamedTuple):
 # --- argument checks ---------------------------------------------------------------------------
 
 
-def _real_array(x: Any, op: str, what: str = "x") -> NvArray:
-    """``x`` if it is an NvArray of a real dtype (bool, integer or floating)."""
+def _array(x: Any, op: str, what: str = "x") -> NvArray:
+    """``x`` if it is an NvArray (of any dtype: real or complex)."""
     if not isinstance(x, NvArray):
         raise TypeError(
             f"{op}: expected {what} to be an NvArray, got {type(x).__name__}; "
             "convert with ignis.asarray"
         )
-    if x._dtype.kind not in "biuf":
-        raise DTypeError(f"{op}: expected a real-valued {what}, got dtype {x._dtype.name}")
     return x
 
 
@@ -124,7 +129,7 @@ def _swapped(shape: tuple[int, ...], ax: int) -> tuple[int, ...]:
 
 
 def _sorted(x: Any, axis: Any, descending: Any, stable: Any, op: str, want_values: bool) -> NvArray:
-    x = _real_array(x, op)
+    x = _array(x, op)
     ax = _sort_axis(x, axis, op)
     desc = _flag(descending, op, "descending")
     _flag(stable, op, "stable")
@@ -148,7 +153,8 @@ def sort(
 ) -> NvArray:
     """A sorted copy of ``x`` along ``axis`` (ascending unless ``descending``), same dtype.
 
-    The sort is stable; NaNs go last (first when descending).
+    The sort is stable; NaNs go last (first when descending). Complex numbers order by real
+    part, then imaginary part, as NumPy orders them (see the module notes for NaNs).
 
     Example::
 
@@ -192,8 +198,8 @@ def searchsorted(
         array([3, 4])
     """
     op = "searchsorted"
-    x1 = _real_array(x1, op, "x1")
-    x2 = _real_array(x2, op, "x2")
+    x1 = _array(x1, op, "x1")
+    x2 = _array(x2, op, "x2")
     if x1.ndim != 1:
         raise ShapeError(f"{op}: x1 must be 1-D, got shape {x1._shape}")
     if side not in ("left", "right"):
@@ -244,7 +250,7 @@ def nonzero(x: NvArray, /) -> tuple[NvArray, ...]:
         >>> [i.to_host() for i in ignis.nonzero(ignis.asarray([[0, 3], [4, 0]]))]
         [array([0, 1]), array([1, 0])]
     """
-    x = _real_array(x, "nonzero")
+    x = _array(x, "nonzero")
     if x.ndim == 0:
         raise ShapeError("nonzero: expected an array of at least 1 dimension, got a 0-d array")
     if x.numel == 0:
@@ -262,7 +268,7 @@ def count_nonzero(
     """
     from . import _ops
 
-    x = _real_array(x, "count_nonzero")
+    x = _array(x, "count_nonzero")
     _flag(keepdims, "count_nonzero", "keepdims")
     mask = x if x._dtype is dt.bool_ else _ops.not_equal(x, 0)
     return _ops.sum(mask, axis=axis, keepdims=keepdims)
@@ -272,7 +278,7 @@ def count_nonzero(
 
 
 def _unique(x: Any, op: str, indices: bool, inverse: bool, counts: bool) -> tuple[Any, ...]:
-    x = _real_array(x, op)
+    x = _array(x, op)
     n = x.numel
     if n == 0:
         empty = _creation._new((0,), dt.int64, x._device)
@@ -340,13 +346,18 @@ def _cumulative_dtype(x: NvArray, dtype: Any, op: str) -> dt.DType:
             return dt.uint64
         return d
     out = dt.as_dtype(dtype, op)
-    if out.kind not in "iuf":
+    if out.kind not in "iufc":
         raise DTypeError(f"{op}: dtype must be numeric, got {out.name}")
+    if x._dtype.kind == "c" and out.kind != "c":
+        raise DTypeError(
+            f"{op}: cannot accumulate complex {x._dtype.name} values in {out.name}; "
+            "pass a complex dtype or take the real part first"
+        )
     return out
 
 
 def _cumulative(x: Any, axis: Any, dtype: Any, include_initial: Any, op: str, kind: str) -> NvArray:
-    x = _real_array(x, op)
+    x = _array(x, op)
     init = _flag(include_initial, op, "include_initial")
     if x.ndim == 0:
         raise ShapeError(f"{op}: expected an array of at least 1 dimension, got a 0-d array")

@@ -2,17 +2,20 @@
 (kernels in ``cuda_src/sort.cu``).
 
 * ``sort``: rows of at most :data:`SMALL_MAX` elements are sorted in shared memory, one block
-  per row (several per block for short rows), by a bitonic network on (key, index); rows of
-  at most :data:`TILE` by one block each that runs every radix pass in shared memory (read
-  once, written once); longer rows by a stable LSD radix sort on 8-bit digits of
-  order-preserving keys, Onesweep style: one launch counts the digits of every pass, then one
-  launch a digit ranks and scatters each tile, finding its offsets by a decoupled look-back
-  over the digit counts of the tiles before it. Tiles never cross a row, so many rows sort
-  together in the same passes. The first pass reads the input itself and the last writes the
-  outputs: no conversion passes. Positions travel as uint32 and are widened to int64 once, by
-  the last pass. :data:`RADIX_PATH` ``"lsd"`` (environment ``IGNIS_SORT_RADIX=lsd``) takes the
-  earlier radix sort instead, three launches a digit (tile histograms, their scan, a stable
-  scatter), for comparison.
+  per row (several per block for short rows), by a bitonic network on (key, index); rows of at
+  most :data:`TILE` by one block each that runs every radix pass in shared memory (read once,
+  written once); longer rows by a stable LSD radix sort on 8-bit digits of order-preserving
+  keys, Onesweep style: one launch counts the digits of every pass, one launch marks the
+  passes whose digit is the same in every key of a row (they have no work: they return at once
+  there, and the others alternate the buffers among themselves; no host wait), then one launch
+  a digit ranks and scatters each tile, finding its offsets by a decoupled look-back over the
+  digit counts of the tiles before it. Complex rows sort by uint64 keys in NumPy's order
+  (complex128: two, the low one first) and gather their values. Tiles never cross a row, so
+  many rows sort together in the same passes. The first pass reads the input itself and the
+  last writes the outputs: no conversion passes. Positions travel as uint32 and are widened to
+  int64 once, by the last pass. :data:`RADIX_PATH` ``"lsd"`` (environment
+  ``IGNIS_SORT_RADIX=lsd``) takes the earlier radix sort instead, three launches a digit (tile
+  histograms, their scan, a stable scatter), for comparison.
 * ``cumulative``: long rows by a three-pass scan (:data:`SCAN_PATH` ``"three_pass"``): the
   tile totals, their exclusive scan in a fixed order, each tile's scan from its prefix; every
   block streams with 16-byte accesses and none waits for another, and float results are the
@@ -69,19 +72,24 @@ _SCAN_PATHS = ("three_pass", "look_back")
 _OPS = {"sum": "SumOp", "prod": "ProdOp"}
 _MODE_UNIQUE, _MODE_NONZERO = 0, 1
 
-# The dtypes with kernels: the real ones of the library's C type table (a real dtype added
-# there comes here; sorting orders real values only).
+# The dtypes with radix-sort kernels: the real ones of the library's C type table (a real dtype
+# added there comes here). Complex numbers (COMPLEX_DTYPES) are sorted through uint64 keys in
+# NumPy's order (complex_keys in sort.cu) and have their own instances of the scans, searches
+# and compactions.
 DTYPES: tuple[dt.DType, ...] = tuple(
     d for d in CTYPE if isinstance(d, dt.DType) and d.kind in "biuf"
 )
-_CTYPES = {d: CTYPE[d] for d in DTYPES}
-SCAN_DTYPES = tuple(d for d in DTYPES if d is not dt.bool_)
+COMPLEX_DTYPES: tuple[dt.DType, ...] = tuple(
+    d for d in CTYPE if isinstance(d, dt.DType) and d.kind == "c"
+)
+_CTYPES = {d: CTYPE[d] for d in DTYPES + COMPLEX_DTYPES}
+SCAN_DTYPES = tuple(d for d in DTYPES + COMPLEX_DTYPES if d is not dt.bool_)
 
 
 def _ctype(dtype: dt.DType, op: str) -> str:
     c = _CTYPES.get(dtype)
     if c is None:
-        names = ", ".join(d.name for d in DTYPES)
+        names = ", ".join(d.name for d in DTYPES + COMPLEX_DTYPES)
         raise DTypeError(
             f"{op}: {dtype.name} arrays have no CUDA kernels; the CUDA backend sorts {names}"
         )
@@ -105,6 +113,18 @@ def downsweep_name(dtype: dt.DType) -> str:
 
 def histogram_name(dtype: dt.DType) -> str:
     return f"ignis::sort::radix_histogram<{_ctype(dtype, 'sort')}>"
+
+
+def plan_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_plan<{_ctype(dtype, 'sort')}>"
+
+
+def complex_keys_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::complex_keys<{_ctype(dtype, 'sort')}>"
+
+
+def gather_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::gather_rows<{_ctype(dtype, 'sort')}>"
 
 
 def onesweep_name(dtype: dt.DType) -> str:
@@ -163,16 +183,22 @@ def kernel_names() -> list[str]:
     """Every name expression this module can launch."""
     names = []
     for d in DTYPES:
-        names += [upsweep_name(d), downsweep_name(d), searchsorted_name(d)]
-        names += [histogram_name(d), onesweep_name(d), tile_sort_name(d)]
+        names += [upsweep_name(d), downsweep_name(d)]
+        names += [histogram_name(d), plan_name(d), onesweep_name(d), tile_sort_name(d)]
         names += [small_sort_name(d, p) for p in SMALL_ROWS]
+    for d in DTYPES + COMPLEX_DTYPES:
+        names.append(searchsorted_name(d))
         names += [count_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
         names += [compact_name(d, m) for m in (_MODE_UNIQUE, _MODE_NONZERO)]
+    for d in COMPLEX_DTYPES:
+        names += [complex_keys_name(d), gather_name(d)]
+    names += [gather_name(dt.int64), gather_name(dt.uint64)]
     for d in SCAN_DTYPES:
         for op in _OPS:
             for init in (False, True):
-                names += [scan_rows_name(d, op, init), scan_cols_name(d, op, init)]
-                names.append(scan_apply_name(d, op, init))
+                if d.kind != "c":  # (complex scans take the three-pass path only)
+                    names.append(scan_rows_name(d, op, init))
+                names += [scan_cols_name(d, op, init), scan_apply_name(d, op, init)]
             names += [scan_totals_name(d, op), scan_prefixes_name(d, op)]
     return names + [UNRAVEL_NAME]
 
@@ -195,8 +221,8 @@ def _scratch(backend: Any, shape: tuple[int, ...], dtype: dt.DType) -> NvArray:
 
 
 def _scan_tile(dtype: dt.DType) -> int:
-    """Elements of a scan_rows tile (ScanTile in sort.cu: half for 8-byte accumulators)."""
-    return TILE // 2 if dtype.itemsize == 8 else TILE
+    """Elements of a scan tile (ScanTile in sort.cu: half for accumulators over 4 bytes)."""
+    return TILE // 2 if dtype.itemsize >= 8 else TILE
 
 
 def _scan_rows(
@@ -208,6 +234,8 @@ def _scan_rows(
     per_row = -(-n // _scan_tile(dtype))
     tiles = rows * per_row
     path = SCAN_PATH
+    if dtype.kind == "c" and path in _SCAN_PATHS:  # the look-back words hold numbers only
+        path = "three_pass"
     if path == "three_pass":
         if per_row == 1:  # rows of one tile: no prefixes
             _launch(
@@ -218,8 +246,8 @@ def _scan_rows(
                 [src, dst, n, 1, tiles, 0],
             )
             return []
-        # the tile totals in the scan's accumulator type (4 bytes, 8 for 8-byte elements)
-        totals = _scratch(backend, (tiles * (8 if dtype.itemsize == 8 else 4),), dt.uint8)
+        # the tile totals in the scan's accumulator type (4 bytes; 8 or 16 for wider elements)
+        totals = _scratch(backend, (tiles * max(4, dtype.itemsize),), dt.uint8)
         tp = backend.data_ptr(totals)
         _launch(backend, scan_totals_name(dtype, op), tiles, THREADS, [src, n, per_row, tp])
         _launch(backend, scan_prefixes_name(dtype, op), rows, THREADS, [tp, per_row, 0])
@@ -285,6 +313,9 @@ def sort(
 ) -> None:
     rows, n = x.shape
     dtype = x.dtype
+    if dtype.kind == "c":
+        _sort_complex(backend, values, indices, x, descending)
+        return
     exact = indices is None  # values alone: rebuilt bit for bit from exact keys
     xp = backend.data_ptr(x)
     vp = 0 if values is None else backend.data_ptr(values)
@@ -318,6 +349,60 @@ def sort(
         _sort_onesweep(backend, xp, vp, ip, rows, n, dtype, desc, exact)
 
 
+def _sort_complex(
+    backend: Any, values: NvArray | None, indices: NvArray | None, x: NvArray, descending: bool
+) -> None:
+    """Sort rows of complex ``x`` in NumPy's order: uint64 keys (complex_keys in sort.cu), their
+    stable argsort (complex128: by the low key, then stably by the high one), the values
+    gathered by it."""
+    rows, n = x.shape
+    total = rows * n
+    wide = x.dtype.itemsize == 16
+    hi = _scratch(backend, (rows, n), dt.uint64)
+    lo = _scratch(backend, (rows, n), dt.uint64) if wide else None
+    grid = _grid_stride(backend, total)
+    _launch(
+        backend,
+        complex_keys_name(x.dtype),
+        grid,
+        THREADS,
+        [
+            backend.data_ptr(x),
+            backend.data_ptr(hi),
+            0 if lo is None else backend.data_ptr(lo),
+            total,
+        ],
+    )
+    order = indices if indices is not None else _scratch(backend, (rows, n), dt.int64)
+    if lo is None:
+        sort(backend, None, order, hi, descending)
+    else:  # LSD over the two halves: stable by lo, then stable by hi in that order
+        by_lo = _scratch(backend, (rows, n), dt.int64)
+        sort(backend, None, by_lo, lo, descending)
+        hi_by_lo = _gather(backend, hi, by_lo)
+        by_hi = _scratch(backend, (rows, n), dt.int64)
+        sort(backend, None, by_hi, hi_by_lo, descending)
+        _gather(backend, by_lo, by_hi, order)
+    if values is not None:
+        _gather(backend, x, order, values)
+
+
+def _gather(backend: Any, x: NvArray, idx: NvArray, out: NvArray | None = None) -> NvArray:
+    """``out[r, j] = x[r, idx[r, j]]`` for (rows, n) arrays (gather_rows in sort.cu)."""
+    rows, n = x.shape
+    if out is None:
+        out = _scratch(backend, (rows, n), x.dtype)
+    total = rows * n
+    _launch(
+        backend,
+        gather_name(x.dtype),
+        _grid_stride(backend, total),
+        THREADS,
+        [backend.data_ptr(x), backend.data_ptr(idx), backend.data_ptr(out), total, n],
+    )
+    return out
+
+
 def _ping_pong(
     backend: Any, total: int, dtype: dt.DType, passes: int, carry: bool
 ) -> tuple[list[NvArray], list[NvArray]]:
@@ -341,37 +426,66 @@ def _sort_onesweep(
     exact: bool,
 ) -> None:
     """Queue the Onesweep sort of ``rows`` rows of ``n`` at ``xp``: one histogram launch, one
-    launch a key byte."""
+    launch of the pass plan (which passes have work: see :func:`pass_roles`), one launch a key
+    byte (a pass without work in a row returns at once there)."""
     passes = dtype.itemsize  # one per 8-bit digit of the key
     per_seg = -(-n // TILE)
     tiles = rows * per_seg
     chunks = -(-n // HIST_CHUNK)
     # one zeroed workspace: [a tile counter a pass (8 words), the digit counts of every (row,
-    # pass), the look-back words of every (tile, digit), shared by the passes]
+    # pass), the pass plan of every row, the look-back words of every (tile, digit), shared by
+    # the passes]
     hist_off = 32
-    status_off = hist_off + 4 * rows * passes * RADIX
+    plan_off = hist_off + 4 * rows * passes * RADIX
+    status_off = plan_off + 4 * rows
     status_off += -status_off % 8
     ws = _scratch(backend, (status_off + 8 * tiles * RADIX,), dt.uint8)
     backend.fill(ws, 0)
     wp = backend.data_ptr(ws)
-    hp, sp = wp + hist_off, wp + status_off
+    hp, pp, sp = wp + hist_off, wp + plan_off, wp + status_off
     _launch(
         backend, histogram_name(dtype), rows * chunks, THREADS, [xp, hp, n, chunks, desc, exact]
     )
+    _launch(backend, plan_name(dtype), rows, THREADS, [hp, pp, n])
     carry = ip != 0
     keys, positions = _ping_pong(backend, rows * n, dtype, passes, carry)
-    keys_in, idx_in = xp, 0
+    kp = [backend.data_ptr(k) for k in keys] + [0] * (2 - len(keys))
+    ipp = [backend.data_ptr(q) for q in positions] + [0] * (2 - len(positions))
     name = onesweep_name(dtype)
     for p in range(passes):
-        first, last = p == 0, p == passes - 1
-        if last:
-            keys_out, idx_out = vp, ip
-        else:
-            keys_out = backend.data_ptr(keys[p % 2])
-            idx_out = backend.data_ptr(positions[p % 2]) if carry else 0
-        args = [keys_in, idx_in, keys_out, idx_out, hp, sp, wp + 4 * p, n, per_seg, p]
-        _launch(backend, name, tiles, THREADS, args + [first, last, carry, desc, exact])
-        keys_in, idx_in = keys_out, idx_out
+        args = [xp, kp[0], kp[1], ipp[0], ipp[1], vp, ip, hp, pp, sp, wp + 4 * p, n, per_seg, p]
+        _launch(backend, name, tiles, THREADS, args + [carry, desc, exact])
+
+
+def pass_roles(mask: int, passes: int) -> list[tuple[bool, bool, bool, int, int]]:
+    """The host mirror of ``pass_role`` in sort.cu: for each pass of a row whose plan is
+    ``mask`` (bit p: pass p has work), ``(runs, first, last, read, write)``: whether it runs,
+    whether it is the first / last that runs, and which ping-pong buffer it reads (the first
+    reads the input) and writes (the last writes the outputs).
+
+    Example: ``pass_roles(0b0101, 4)[2]`` is ``(True, False, True, 0, 1)``.
+    """
+    active = bin(mask).count("1")
+    roles = []
+    for p in range(passes):
+        k = bin(mask & ((1 << p) - 1)).count("1")
+        roles.append((bool(mask >> p & 1), k == 0, k == active - 1, (k + 1) & 1, k & 1))
+    return roles
+
+
+def plan_mask(hist: Any, n: int) -> int:
+    """The host mirror of ``radix_plan`` in sort.cu for one row: ``hist`` (passes x 256 digit
+    counts of the row's keys) -> the bit mask of the passes with work (a pass whose digit is
+    the same in all ``n`` keys has none; a row of keys all alike keeps its last pass).
+
+    Example: ``plan_mask([[3] + [0] * 255, [1, 2] + [0] * 254], 3)`` is ``0b10``.
+    """
+    passes = len(hist)
+    mask = 0
+    for p in range(passes):
+        if not any(int(c) == n for c in hist[p]):
+            mask |= 1 << p
+    return mask or 1 << (passes - 1)
 
 
 def _sort_lsd(
