@@ -38,12 +38,15 @@ from typing import Any
 import numpy as np
 
 from . import _dtypes as dt
-from ._errors import DTypeError, IgnisError, ShapeError
+from ._errors import IgnisError, ShapeError
 from ._user_kernel import (
     RAW_STRUCTS,
+    argument_values,
     bind_types,
+    broadcast_inputs,
     check_name,
     check_unique,
+    complete_arguments,
     default_cuda_device,
     host_scalar,
     import_arrays,
@@ -110,41 +113,21 @@ class ElementwiseKernel:
     # --- a call ----------------------------------------------------------------------------
 
     def __call__(self, *args: Any, size: int | None = None, stream: Any = None) -> Any:
-        from ._array._creation import empty
-        from ._array._layout import broadcast_shapes
         from ._array.array import NvArray
         from ._stream import current_stream
 
         n_in, n_out = len(self.in_params), len(self.out_params)
-        if len(args) not in (n_in, n_in + n_out):
-            raise TypeError(
-                f"ElementwiseKernel {self.name!r}: takes {n_in} inputs (and optionally its "
-                f"{n_out} outputs), got {len(args)} arguments"
-            )
-        values = list(args) + [None] * (n_in + n_out - len(args))
-        params = self.in_params + self.out_params
+        params, values = argument_values(self._label, self.in_params, self.out_params, args)
         # arrays from other libraries imported (no copy); one CUDA device
         device = import_arrays(self._label, params, values)
         types, _ = bind_types(self._label, params, values)
-        # the broadcast shape of the non-raw arrays
-        shaped = [
-            v
-            for p, v in zip(params, values, strict=True)
-            if isinstance(v, NvArray) and not p.raw and not p.is_output
-        ]
+        shape = broadcast_inputs(self._label, params, values)
         given_out = [
             v
             for p, v in zip(params, values, strict=True)
             if isinstance(v, NvArray) and not p.raw and p.is_output
         ]
-        if shaped:
-            try:
-                shape = broadcast_shapes(*[a.shape for a in shaped])
-            except ShapeError:
-                raise ShapeError(
-                    f"ElementwiseKernel {self.name!r}: the input shapes "
-                    f"{[a.shape for a in shaped]} do not broadcast together"
-                ) from None
+        if shape is not None:
             if size is not None:
                 raise ValueError(
                     f"ElementwiseKernel {self.name!r}: size= is only for calls without non-raw "
@@ -160,24 +143,17 @@ class ElementwiseKernel:
             )
         if device is None:
             device = default_cuda_device(self._label)
-        for p, v in zip(params, values, strict=True):
-            if p.is_output and isinstance(v, NvArray) and not p.raw and v.shape != shape:
-                raise ShapeError(
-                    f"ElementwiseKernel {self.name!r}: output {p.name!r} has shape {v.shape}, "
-                    f"expected {shape} (the inputs' broadcast shape)"
-                )
-        # outputs allocated; inputs of another dtype than their parameter converted
-        for k, (p, v) in enumerate(zip(params, values, strict=True)):
-            want = types[p.name]
-            if v is None:
-                values[k] = empty(shape, dtype=want, device=device)
-            elif isinstance(v, NvArray) and v.dtype is not want:
-                if p.is_output:
-                    raise DTypeError(
-                        f"ElementwiseKernel {self.name!r}: output {p.name!r} has dtype "
-                        f"{v.dtype.name}, expected {want.name}"
-                    )
-                values[k] = v.astype(want)
+        # outputs checked or allocated; inputs of another dtype than their parameter converted
+        complete_arguments(
+            self._label,
+            params,
+            values,
+            types,
+            shape,
+            device,
+            shape_note="the inputs' broadcast shape",
+            allocate_raw_outputs=True,
+        )
         outputs = [values[n_in + j] for j in range(n_out)]
         n = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if n > 0:

@@ -143,7 +143,6 @@ class _Loaded:
         "launch_kernel",
         "launch_cooperative_kernel",
         "image",
-        "_finalizer",
         "__weakref__",
     )
 
@@ -171,7 +170,6 @@ class _Loaded:
         self.dynamic_smem_set = 0
         self.launch_kernel = _launch_kernel
         self.launch_cooperative_kernel = _launch_cooperative_kernel
-        self._finalizer: Any = None
 
     @classmethod
     def load(cls, kernel: Kernel, device: Device) -> _Loaded:

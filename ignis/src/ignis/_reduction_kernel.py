@@ -42,9 +42,12 @@ from . import _dtypes as dt
 from ._errors import DTypeError, IgnisError, ShapeError
 from ._user_kernel import (
     RAW_STRUCTS,
+    argument_values,
     bind_types,
+    broadcast_inputs,
     check_name,
     check_unique,
+    complete_arguments,
     host_scalar,
     import_arrays,
     merge_dims,
@@ -175,20 +178,12 @@ class ReductionKernel:
         out: Any = None,
         stream: Any = None,
     ) -> Any:
-        from ._array._creation import empty
-        from ._array._layout import broadcast_shapes
         from ._array._semantics import normalize_axes
-        from ._array.array import NvArray
         from ._stream import current_stream
 
         label = self._label
         n_in, n_out = len(self.in_params), len(self.out_params)
-        if len(args) not in (n_in, n_in + n_out):
-            raise TypeError(
-                f"{label}: takes {n_in} inputs (and optionally its {n_out} outputs), got "
-                f"{len(args)} arguments"
-            )
-        values = list(args) + [None] * (n_in + n_out - len(args))
+        params, values = argument_values(label, self.in_params, self.out_params, args)
         if out is not None:
             if len(args) != n_in or n_out != 1:
                 raise TypeError(
@@ -196,7 +191,6 @@ class ReductionKernel:
                     "passed as arguments"
                 )
             values[n_in] = out
-        params = self.in_params + self.out_params
         device = import_arrays(label, params, values)
         types, bound = bind_types(label, params, values)
         rdtype = self._reduce_dtype or bound.get(self.reduce_type)
@@ -205,23 +199,12 @@ class ReductionKernel:
                 f"{label}: cannot resolve the reduce_type placeholder {self.reduce_type}: no "
                 "argument gives it"
             )
-        shaped = [
-            (p, v)
-            for p, v in zip(params, values, strict=True)
-            if isinstance(v, NvArray) and not p.raw and not p.is_output
-        ]
-        if not shaped:
+        shape = broadcast_inputs(label, params, values)
+        if shape is None:
             raise ValueError(
                 f"{label}: no non-raw input array gives the shape to reduce (inputs "
                 f"{[p.name for p in self.in_params]})"
             )
-        try:
-            shape = broadcast_shapes(*[v.shape for _, v in shaped])
-        except ShapeError:
-            raise ShapeError(
-                f"{label}: the input shapes {[v.shape for _, v in shaped]} do not broadcast "
-                "together"
-            ) from None
         axes = normalize_axes(axis, len(shape), label)
         kept_axes = [d for d in range(len(shape)) if d not in axes]
         out_shape = tuple(
@@ -234,24 +217,16 @@ class ReductionKernel:
                 f"{label}: zero-size reduction over axis {axis!r} of shape {shape}, and the "
                 "kernel has no identity"
             )
-        for p, v in zip(params, values, strict=True):
-            if p.is_output and isinstance(v, NvArray) and not p.raw and v.shape != out_shape:
-                raise ShapeError(
-                    f"{label}: output {p.name!r} has shape {v.shape}, expected {out_shape} (the "
-                    f"inputs' shape {shape} reduced over axes {axes}, keepdims={keepdims})"
-                )
-        for k, (p, v) in enumerate(zip(params, values, strict=True)):
-            want = types[p.name]
-            if v is None:
-                if p.raw:
-                    raise TypeError(f"{label}: raw output {p.name!r} must be given")
-                values[k] = empty(out_shape, dtype=want, device=device)
-            elif isinstance(v, NvArray) and v.dtype is not want:
-                if p.is_output:
-                    raise DTypeError(
-                        f"{label}: output {p.name!r} has dtype {v.dtype.name}, expected {want.name}"
-                    )
-                values[k] = v.astype(want)
+        complete_arguments(
+            label,
+            params,
+            values,
+            types,
+            out_shape,
+            device,
+            shape_note=f"the inputs' shape {shape} reduced over axes {axes}, keepdims={keepdims}",
+            allocate_raw_outputs=False,
+        )
         outputs = [values[n_in + j] for j in range(n_out)]
         if rows > 0:
             self._launch(

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _dtypes as dt
-from ._errors import DeviceMismatchError, DTypeError, IgnisError
+from ._errors import DeviceMismatchError, DTypeError, IgnisError, ShapeError
 
 __all__ = [
     "Param",
@@ -194,6 +194,76 @@ def import_arrays(label: str, params: list[Param], values: list[Any]) -> Any:
                 f"{label}: raw parameter {p.name!r} needs an array, got {type(v).__name__}"
             )
     return device
+
+
+def argument_values(
+    label: str, in_params: list[Param], out_params: list[Param], args: tuple[Any, ...]
+) -> tuple[list[Param], list[Any]]:
+    """``(parameters, the call's value of each)``: the inputs, then the outputs, None for an
+    output not given."""
+    n_in, n_out = len(in_params), len(out_params)
+    if len(args) not in (n_in, n_in + n_out):
+        raise TypeError(
+            f"{label}: takes {n_in} inputs (and optionally its {n_out} outputs), got "
+            f"{len(args)} arguments"
+        )
+    return in_params + out_params, list(args) + [None] * (n_in + n_out - len(args))
+
+
+def broadcast_inputs(label: str, params: list[Param], values: list[Any]) -> tuple[int, ...] | None:
+    """The broadcast shape of the non-raw input arrays (None when there is none)."""
+    from ._array._layout import broadcast_shapes
+    from ._array.array import NvArray
+
+    shapes = [
+        v.shape
+        for p, v in zip(params, values, strict=True)
+        if isinstance(v, NvArray) and not p.raw and not p.is_output
+    ]
+    if not shapes:
+        return None
+    try:
+        return broadcast_shapes(*shapes)
+    except ShapeError:
+        raise ShapeError(f"{label}: the input shapes {shapes} do not broadcast together") from None
+
+
+def complete_arguments(
+    label: str,
+    params: list[Param],
+    values: list[Any],
+    types: dict[str, dt.DType],
+    out_shape: tuple[int, ...],
+    device: Any,
+    *,
+    shape_note: str,
+    allocate_raw_outputs: bool,
+) -> None:
+    """Check the given non-raw outputs against ``out_shape`` (``shape_note`` says where it comes
+    from) and their dtypes against their parameters'; allocate the outputs not given (of
+    ``out_shape``; a raw one only with ``allocate_raw_outputs``, else a TypeError); convert
+    input arrays of another dtype than their parameter's. In place, in ``values``."""
+    from ._array._creation import empty
+    from ._array.array import NvArray
+
+    for p, v in zip(params, values, strict=True):
+        if p.is_output and isinstance(v, NvArray) and not p.raw and v.shape != out_shape:
+            raise ShapeError(
+                f"{label}: output {p.name!r} has shape {v.shape}, expected {out_shape} "
+                f"({shape_note})"
+            )
+    for k, (p, v) in enumerate(zip(params, values, strict=True)):
+        want = types[p.name]
+        if v is None:
+            if p.raw and not allocate_raw_outputs:
+                raise TypeError(f"{label}: raw output {p.name!r} must be given")
+            values[k] = empty(out_shape, dtype=want, device=device)
+        elif isinstance(v, NvArray) and v.dtype is not want:
+            if p.is_output:
+                raise DTypeError(
+                    f"{label}: output {p.name!r} has dtype {v.dtype.name}, expected {want.name}"
+                )
+            values[k] = v.astype(want)
 
 
 def default_cuda_device(label: str) -> Any:

@@ -19,14 +19,6 @@ TOL = {"float32": 2e-4, "float64": 1e-9}
 BATCHES = [(), (3,), (2, 3)]
 
 
-@pytest.fixture
-def solver(device):
-    """Skip GPU runs where cuSOLVER is not installed (the error itself is tested below)."""
-    if device != "cpu" and _cusolver.load() is None:
-        pytest.skip(f"cuSOLVER is not installed ({_cusolver.unavailable_reason()})")
-    return device
-
-
 def general(rng, shape, dtype="float64"):
     """Random matrices with a strong diagonal (well-conditioned when square)."""
     a = rng.standard_normal(shape)

@@ -34,14 +34,6 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(20250611)
 
 
-@pytest.fixture
-def solver(device):
-    """Skip GPU runs where cuSOLVER is not installed (the error itself is tested below)."""
-    if device != "cpu" and _cusolver.load() is None:
-        pytest.skip(f"cuSOLVER is not installed ({_cusolver.unavailable_reason()})")
-    return device
-
-
 # --- data and comparisons ----------------------------------------------------------------------
 
 
