@@ -221,19 +221,23 @@ class Ignis(Contender):
         params = list(self.model.parameters())
         vocab, clip, widen = self.plan.vocab_size, self.cfg.grad_clip, self.cfg.dtype != "float32"
 
-        def train_step(x: Any, y: Any) -> Any:
-            self.opt.zero_grad()
+        def loss_of_ids(x: Any, y: Any) -> Any:
+            """Mean cross-entropy of device ids (logits widened to float32 first)."""
             logits = self.model(x)
             if widen:
                 logits = logits.astype("float32")
-            loss = ag.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+            return ag.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1))
+
+        def train_step(x: Any, y: Any) -> Any:
+            self.opt.zero_grad()
+            loss = loss_of_ids(x, y)
             loss.backward()
             if clip > 0:
                 optim.clip_grad_norm_(params, clip)
             self.opt.step()
             return loss.detach()
 
-        self.train_step = train_step
+        self.loss_of_ids, self.train_step = loss_of_ids, train_step
 
     def _ids(self, a: np.ndarray) -> Any:
         return self.ignis.from_host(a, dtype="int64", device=self.device)
@@ -275,13 +279,9 @@ class Ignis(Contender):
         from ignis_autograd.demo import model as seam
 
         if self.eval_step is None:
-            vocab, widen = self.plan.vocab_size, self.cfg.dtype != "float32"
 
             def eval_loss(x: Any, y: Any) -> Any:
-                logits = self.model(x)
-                if widen:
-                    logits = logits.astype("float32")
-                return self.ag.cross_entropy(logits.reshape(-1, vocab), y.reshape(-1)).detach()
+                return self.loss_of_ids(x, y).detach()
 
             try:
                 x0, y0 = (self._ids(a) for a in batches[0])
