@@ -17,7 +17,8 @@ requirements = pytest.importorskip("packaging.requirements")
 
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_EXTRAS = {"cu12": 12, "cu13": 13, "cublas-cu12": 12, "cublas-cu13": 13,
-               "cusolver-cu12": 12, "cusolver-cu13": 13, "cufft-cu12": 12, "cufft-cu13": 13}
+               "cusolver-cu12": 12, "cusolver-cu13": 13, "cufft-cu12": 12, "cufft-cu13": 13,
+               "nccl-cu12": 12, "nccl-cu13": 13}
 # Wheels that number their releases on their own: CUDA major -> the wheel's major version
 # (cuSOLVER 11.x ships with CUDA 12, 12.x with CUDA 13). Others carry the CUDA major.
 WHEEL_MAJORS = {"nvidia-cusolver": {12: 11, 13: 12}, "nvidia-cufft": {12: 11, 13: 12}}

@@ -57,6 +57,7 @@ from ._errors import (
     OutOfMemoryError,
     ShapeError,
 )
+from ._fuse import Fused, fuse
 from ._graph import Graph
 from ._graph_pool import GraphPool
 from ._kernel import Kernel, compile_kernel

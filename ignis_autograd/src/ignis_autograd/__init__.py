@@ -16,7 +16,7 @@ the differentiable functions (``cross_entropy``, ``layer_norm``, ``softmax``, ``
 
 from __future__ import annotations
 
-from . import _dispatch, amp, functional, nn, optim
+from . import _dispatch, _fuse, amp, functional, nn, optim, parallel
 from ._errors import AutogradError, GradcheckError, GraphFreedError
 from ._higher import grad
 from .attention import decode_attention, packed_attention, scaled_dot_product_attention
@@ -30,6 +30,9 @@ from .tape import Tape, enable_grad, no_grad
 from .tensor import Tensor
 
 _dispatch.install()  # ignis' derivative rules compute on Tensors too (higher-order gradients)
+_fuse.install()  # ignis.fuse functions take Tensors: one node, one fused backward kernel
+
+from ignis import fuse  # noqa: E402  (the same decorator; its functions take Tensors)
 
 __version__ = "0.1.0"
 
@@ -46,6 +49,7 @@ __all__ = [
     "checkpoint",
     "Function",
     "once_differentiable",
+    "fuse",
     "capture_step",
     "CapturedStep",
     "AutogradError",
@@ -57,5 +61,6 @@ __all__ = [
     "decode_attention",
     "nn",
     "optim",
+    "parallel",
     "amp",
 ]

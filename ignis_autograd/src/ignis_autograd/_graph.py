@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import ignis
 from ignis import DTypeError, NvArray, ShapeError
 
+from . import _hooks
 from ._errors import GraphFreedError
 
 if TYPE_CHECKING:
@@ -172,7 +173,16 @@ def _freed_error(node: Node) -> GraphFreedError:
 class _Run:
     """State of one backward walk: pending gradients per node and the buffers it owns."""
 
-    __slots__ = ("heap", "grads", "owned", "retain", "visited", "pending")
+    __slots__ = (
+        "heap",
+        "grads",
+        "owned",
+        "retain",
+        "visited",
+        "pending",
+        "leaf_pending",
+        "leaf_late",
+    )
 
     create_graph = False  # (a recorded walk, ._higher's, says True)
 
@@ -187,6 +197,11 @@ class _Run:
         # Contributions still to come per scanned node (its incoming edges), so the last one can
         # be told apart; None once checkpointing injects nodes the scan did not count.
         self.pending: dict[Node, int] | None = {}
+        # Per leaf with post-accumulate hooks (see ._hooks): id -> contributions still to come;
+        # None where they cannot be counted before the walk (checkpoint nodes). Leaves whose
+        # hooks wait for the end of the walk: id -> leaf.
+        self.leaf_pending: dict[int, int] | None = {}
+        self.leaf_late: dict[int, Tensor] = {}
 
     # -- graph checks ----------------------------------------------------------------------
     def scan(self, root: Node) -> None:
@@ -196,17 +211,47 @@ class _Run:
         visited = self.visited
         pending = self.pending
         pending[root] = 1  # the gradient run_backward injects
+        hooked = _hooks.registry
+        leaves = self.leaf_pending
         while stack:
             node = stack.pop()
             if node.released:
                 raise _freed_error(node)
             visited.append(node)
+            if hooked and node.name == "checkpoint":
+                leaves = self.leaf_pending = None  # its recomputed edges are not known yet
             for e in node.edges:
                 if type(e) is Node:
                     pending[e] = pending.get(e, 0) + 1
                     if id(e) not in seen:
                         seen.add(id(e))
                         stack.append(e)
+                elif hooked and leaves is not None and e is not None and id(e) in hooked:
+                    leaves[id(e)] = leaves.get(id(e), 0) + 1
+
+    def leaf_done(self, leaf: Tensor) -> None:
+        """A contribution reached ``leaf``, which has post-accumulate hooks: run them when it
+        was the last one counted, else (uncountable) leave them for the end of the walk."""
+        key = id(leaf)
+        counts = self.leaf_pending
+        left = counts.get(key) if counts is not None else None
+        if left is None:
+            self.leaf_late[key] = leaf
+            return
+        left -= 1
+        counts[key] = left
+        if left == 0:
+            del counts[key]
+            self.leaf_late.pop(key, None)
+            _hooks.run_hooks(leaf)
+        else:
+            self.leaf_late[key] = leaf  # in case a later contribution is never made (None)
+
+    def finish_leaves(self) -> None:
+        """Run the hooks of the leaves that got gradients but were not yet reported."""
+        late, self.leaf_late = self.leaf_late, {}
+        for leaf in late.values():
+            _hooks.run_hooks(leaf)
 
     # -- contributions ---------------------------------------------------------------------
     def inject(self, target: Tensor, grad: NvArray, fresh: bool = False) -> None:
@@ -222,6 +267,8 @@ class _Run:
             self._to_node(node, grad, fresh)
         elif target.requires_grad:
             self._to_leaf(target, grad, fresh)
+            if _hooks.registry and id(target) in _hooks.registry:
+                self.leaf_done(target)
 
     def _to_node(self, node: Node, g: NvArray, fresh: bool) -> None:
         if node.released:
@@ -284,6 +331,7 @@ class _Run:
         heappop, to_node, to_leaf = heapq.heappop, self._to_node, self._to_leaf
         retain = self.retain
         live_discard = state.live.discard
+        hooked = _hooks.registry
         while heap:
             node = heappop(heap)[1]
             g = grads.pop(node)
@@ -326,6 +374,8 @@ class _Run:
                     to_node(e, gi, fresh_i)
                 else:
                     to_leaf(e, gi, fresh_i)
+                    if hooked and id(e) in hooked:
+                        self.leaf_done(e)
             if not retain:
                 # release(node), inlined: this runs once per node of every backward.
                 node.released = True
@@ -392,6 +442,11 @@ def run_backward(tensor: Tensor, grad: NvArray, grad_owned: bool, retain_graph: 
     node = tensor.grad_fn
     if node is None:
         _Run._to_leaf(tensor, grad, grad_owned)
+        if _hooks.registry:
+            _hooks.run_hooks(tensor)
+            if not state.runs:
+                for fn in _hooks.take_callbacks():
+                    fn()
         return
     run = _Run(retain_graph)
     run.scan(node)
@@ -404,9 +459,15 @@ def run_backward(tensor: Tensor, grad: NvArray, grad_owned: bool, retain_graph: 
     state.grad_enabled = False
     try:
         run.run()
+        if run.leaf_late:
+            run.finish_leaves()
     finally:
         state.grad_enabled = previous
         runs.pop()
+        if not runs:
+            # Also after a failed walk: a callback may keep other processes in step.
+            for fn in _hooks.take_callbacks():
+                fn()
     if not retain_graph:
         for n in run.visited:
             if not n.released:  # (the walk released the nodes it reached)

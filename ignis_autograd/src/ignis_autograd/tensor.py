@@ -355,6 +355,14 @@ class Tensor:
         """Forget the accumulated gradient (``grad`` becomes None)."""
         self.grad = None
 
+    def register_post_accumulate_grad_hook(self, hook: Any) -> Any:
+        """Call ``hook(self)`` each ``backward()``, once this leaf's gradient has received its
+        last contribution (PyTorch's method); returns a handle whose ``remove()`` unregisters
+        it. See :mod:`ignis_autograd._hooks`."""
+        from . import _hooks
+
+        return _hooks.register(self, hook)
+
     def backward(
         self,
         grad_output: Any = None,

@@ -55,8 +55,9 @@ _OWN_OPERANDS = (NvArray, bool, int, float, complex, np.generic, np.ndarray, lis
 
 
 def _foreign(x: Any) -> bool:
-    """True for an operand type NvArray's operators leave to the other operand."""
-    return not isinstance(x, _OWN_OPERANDS)
+    """True for an operand type NvArray's operators leave to the other operand (a value
+    ignis.fuse traces is not foreign: the op is recorded)."""
+    return not isinstance(x, _OWN_OPERANDS) and not hasattr(x, "__ignis_fuse__")
 
 
 def _operand(x: Any, op: str) -> Any:
@@ -101,6 +102,8 @@ def _value(x: Any) -> Any:
 
 def _require_array(x: Any, op: str) -> NvArray:
     if not isinstance(x, NvArray):
+        if hasattr(x, "__ignis_fuse__"):  # a value ignis.fuse traces: it names the function
+            x.__ignis_fuse__(op, None, None)
         raise TypeError(
             f"{op}: expected an NvArray, got {type(x).__name__}; convert with ignis.asarray"
         )
@@ -324,6 +327,8 @@ def _unary(op: str, x: Any, params: dict[str, Any] | None = None) -> NvArray:
         out = _creation._allocate(x._shape, strides, nbytes, dtype, x._device)
         x._backend.unary(op, out, x, compute, params or {})
         return out
+    if hasattr(x, "__ignis_fuse__"):  # a value ignis.fuse traces: the op is recorded
+        return x.__ignis_fuse__(op, (x,), params or {})
     x = _require_array(x, op)
     spec = sem.unary(op, x._shape, x._dtype)
     out = _creation._new(spec.shape, spec.dtype, x._device)
@@ -384,6 +389,9 @@ def _binary(op: str, a: Any, b: Any, operator: bool = False) -> Any:
 
 def _binary_slow(op: str, a: Any, b: Any, key: Any) -> NvArray:
     """:func:`_binary` in full; remembers the plan under ``key`` (unless None)."""
+    for t in (a, b):
+        if hasattr(t, "__ignis_fuse__"):  # a value ignis.fuse traces: the op is recorded
+            return t.__ignis_fuse__(op, (a, b), {})
     a, b = _operand(a, op), _operand(b, op)
     arrays = [x for x in (a, b) if isinstance(x, NvArray)]
     if not arrays:
@@ -537,6 +545,9 @@ def where(cond: Any, a: Any, b: Any) -> NvArray:
 
     Example: ``ignis.where(x > 0, x, 0.0)``.
     """
+    for t in (cond, a, b):
+        if hasattr(t, "__ignis_fuse__"):  # a value ignis.fuse traces: the op is recorded
+            return t.__ignis_fuse__("where", (cond, a, b), {})
     cond, a, b = _operand(cond, "where"), _operand(a, "where"), _operand(b, "where")
     arrays = [x for x in (cond, a, b) if isinstance(x, NvArray)]
     if not arrays:
@@ -617,6 +628,8 @@ def _reduce_general(
 ) -> NvArray:
     """:func:`_reduce` for any arguments (``dtype``: the result dtype, where the op takes one),
     without remembered plans."""
+    if hasattr(x, "__ignis_fuse__"):  # a value ignis.fuse traces: the reduction is recorded
+        return x.__ignis_fuse__(op, (x,), {"axis": axis, "keepdims": keepdims, "ddof": ddof})
     x = _require_array(x, op)
     spec = sem.reduction(op, x._shape, x._dtype, axis, keepdims, ddof, dtype)
     out = _creation._new(spec.keep_shape, spec.dtype, x._device)

@@ -66,6 +66,7 @@ from .checkpoint import (
 )
 from .config import MODEL_FIELDS, DemoConfig
 from .data import CharDataset, CharVocab, DemoError, load_text, text_digest
+from .distributed import DistRun, from_environment
 from .plot import plot_losses
 from .progress import Progress, format_duration
 
@@ -331,11 +332,16 @@ class Trainer:
         data: CharDataset,
         device: str,
         text_info: dict[str, str],
+        dist: DistRun | None = None,
     ):
         self.cfg, self.vocab, self.data, self.device = cfg, vocab, data, device
         self.text_info = text_info
+        self.dist = dist
         ignis.random.seed(cfg.seed)
         self.model = seam.build_model(cfg, vocab.size, device)
+        # Several GPUs: gradients are averaged over the ranks (the hooks live on the
+        # parameters, so the model itself is still what the step calls and saves).
+        self.ddp = dist.wrap(self.model) if dist is not None else None
         self.opt, self.sched = seam.build_optimizer(self.model, cfg)
         self.batches = ignis.random.Generator(cfg.seed + 1)
         self.step = 0
@@ -367,6 +373,8 @@ class Trainer:
         """One optimizer step on a fresh batch; returns its loss, a device scalar (nats per
         token) that is not read here, so the host can queue the next step before this one has
         finished. Record it with :meth:`record` once read."""
+        if self.dist is not None:  # this rank's batch of the global step
+            self.dist.position_batches(self.batches, self.cfg.seed, self.step)
         x, y = self.data.batch("train", self.cfg.batch_size, self.batches)
         loss = seam.loss_of(self.model, x, y, self.device)
         self.opt.zero_grad()
@@ -435,6 +443,8 @@ class Trainer:
             "config": self.cfg.to_dict(),
         }
         folder = os.path.dirname(os.path.abspath(path))
+        if self.dist is not None and not self.dist.is_main:
+            return
         os.makedirs(folder, exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -451,7 +461,9 @@ class Trainer:
         return self.vocab.decode(ids)
 
     def save(self, out_dir: str) -> None:
-        """Write the checkpoint of the current step into ``out_dir``."""
+        """Write the checkpoint of the current step into ``out_dir`` (rank 0 only)."""
+        if self.dist is not None and not self.dist.is_main:
+            return
         meta = {
             "step": self.step,
             "config": self.cfg.to_dict(),
@@ -606,7 +618,31 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
     vocab = CharVocab(ck.meta["vocab"]) if ck is not None else CharVocab.from_text(text)
     data = CharDataset(vocab.encode(text), cfg.context)
     prompt_ids = _prompt_ids(vocab, opts.prompt)  # a bad prompt fails before training
+    dist = from_environment()
+    try:
+        return _run(cfg, opts, ck, text, source, vocab, data, prompt_ids, dist)
+    finally:
+        if dist is not None:
+            dist.close()
+
+
+def _run(
+    cfg: DemoConfig,
+    opts: RunOptions,
+    ck: Checkpoint | None,
+    text: str,
+    source: str,
+    vocab: CharVocab,
+    data: CharDataset,
+    prompt_ids: np.ndarray,
+    dist: DistRun | None,
+) -> RunResult:
     device = opts.device
+    main = dist is None or dist.is_main
+    if dist is not None:
+        device = dist.device  # cuda:LOCAL_RANK
+        if not main:  # rank 0 alone prints (a sink for the lines printed even when quiet)
+            opts = replace(opts, quiet=True, stream=open(os.devnull, "w"))  # noqa: SIM115
     end = cfg.steps if opts.stop_at is None else min(cfg.steps, opts.stop_at)
     say = _Printer(opts)
 
@@ -616,7 +652,9 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
         _tf32(opts.tf32 and device.startswith("cuda")),
         _cpu_threads(device, opts.blas_threads) as threads,
     ):
-        tr = Trainer(cfg, vocab, data, device, {"source": source, "digest": text_digest(text)})
+        tr = Trainer(
+            cfg, vocab, data, device, {"source": source, "digest": text_digest(text)}, dist
+        )
         if ck is not None:
             tr.restore(ck)
         say(
@@ -626,6 +664,7 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
             f"characters ({source}) | {device}"
             + (f" ({threads} BLAS thread{'s' if threads != 1 else ''})" if threads else "")
             + f", {cfg.dtype}"
+            + (f" | {dist.world_size} GPUs, data parallel" if dist is not None else "")
         )
         if ck is not None:
             say(f"resuming from step {tr.step} in {opts.out_dir}")
@@ -660,7 +699,7 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
         # From here on Ctrl-C is Python's KeyboardInterrupt again: the checkpoint is complete.
         val_loss = tr.history["val"][-1][1]
         sample = ""
-        if opts.sample_tokens > 0:
+        if opts.sample_tokens > 0 and main:
             sample = tr.sample(prompt_ids, opts.sample_tokens, opts.temperature, opts.top_k)
             with open(os.path.join(opts.out_dir, SAMPLE_FILE), "w", encoding="utf-8") as f:
                 f.write(sample)
@@ -673,7 +712,9 @@ def run(cfg: DemoConfig, opts: RunOptions) -> RunResult:
     history = tr.history
     step = tr.step
     tps = tokens / train_time if train_time > 0 else 0.0
-    plotted = plot_losses(history["train"], history["val"], os.path.join(opts.out_dir, PLOT_FILE))
+    plotted = main and plot_losses(
+        history["train"], history["val"], os.path.join(opts.out_dir, PLOT_FILE)
+    )
     say(
         f"done: step {step}/{cfg.steps} | held-out loss {val_loss:.4f} "
         f"({val_loss / math.log(2):.3f} bits/char) | {tps:,.0f} tok/s | "

@@ -23,6 +23,7 @@ from .clip import clip_grad_norm_
 from .lr_scheduler import LambdaLR, LRScheduler, StepLR, WarmupCosine
 from .optimizer import Optimizer, ParamGroup
 from .optimizers import SGD, Adam, AdamW
+from .zero import ZeroRedundancyOptimizer
 
 __all__ = [
     "Optimizer",
@@ -30,6 +31,7 @@ __all__ = [
     "SGD",
     "Adam",
     "AdamW",
+    "ZeroRedundancyOptimizer",
     "clip_grad_norm_",
     "lr_scheduler",
     "LRScheduler",
