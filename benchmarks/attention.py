@@ -101,6 +101,59 @@ def bench_row(torch, seq: int, e: int, causal: bool) -> str:
     )
 
 
+#: dropout cases (bfloat16, causal): (B, H, L, E)
+DROPOUT_CASES = [(64, 6, 256, 64), (16, 16, 1024, 64), (4, 16, 4096, 128)]
+DROPOUT_P = 0.1
+
+
+def bench_dropout_row(torch, b: int, h: int, seq: int, e: int) -> str:
+    """fwd+bwd with dropout inside the kernels beside the same without, and PyTorch's SDPA with
+    ``dropout_p``; the peak column is the device memory a dropout fwd+bwd takes above its inputs."""
+    shape = (b, h, seq, e)
+    gen = torch.Generator(device="cuda").manual_seed(seq + 7)
+    tq, tk, tv, tg = (
+        torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4)
+    )
+    q, k, v, g = (ignis.from_dlpack(t) for t in (tq, tk, tv, tg))
+    torch.cuda.synchronize()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    xq, xk, xv = (t.detach().clone().requires_grad_() for t in (tq, tk, tv))
+
+    def ours(p):
+        drop = ignis.nn.attention_dropout(p, q, k, seed=5, offset=0)
+        out, lse = ignis.nn.attention(q, k, v, causal=True, dropout=drop)
+        return ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True, dropout=drop)
+
+    def theirs(p):
+        sdpa(xq, xk, xv, is_causal=True, dropout_p=p).backward(tg)
+
+    t_plain, t_drop = time_ignis(lambda: ours(0.0)), time_ignis(lambda: ours(DROPOUT_P))
+    t_torch_plain = time_torch(lambda: theirs(0.0))
+    t_torch_drop = time_torch(lambda: theirs(DROPOUT_P))
+    ignis.reset_peak_memory_stats()
+    base = ignis.memory_stats()["current_bytes"]
+    ours(DROPOUT_P)
+    peak = (ignis.memory_stats()["peak_bytes"] - base) / 2**20
+    return (
+        f"| {b}x{h}x{seq}x{e} | {t_plain * 1e3:.0f} | {t_drop * 1e3:.0f} | "
+        f"{t_drop / t_plain:.2f} | {t_torch_plain * 1e3:.0f} | {t_torch_drop * 1e3:.0f} | "
+        f"{t_torch_drop / t_drop:.2f} | {peak:.0f} |"
+    )
+
+
+def print_dropout_table(torch) -> None:
+    name = ignis.Device(0).name
+    print(f"\n# Attention with dropout p={DROPOUT_P} (bfloat16, causal) on {name}\n")
+    print(
+        "| B x H x L x E | ignis fwd+bwd µs, p=0 | ignis p=0.1 | dropout cost | "
+        "torch fwd+bwd µs, p=0 | torch p=0.1 | vs torch (p=0.1) | peak MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for case in DROPOUT_CASES:
+        print(bench_dropout_row(torch, *case), flush=True)
+        torch.cuda.empty_cache()
+
+
 #: float32 cases: (B, H, L, E, causal)
 F32_CASES = [
     (64, 6, 256, 64, True),
@@ -230,6 +283,9 @@ def main() -> int:
     if "--sweep" in sys.argv[1:]:
         sweep(torch)
         return 0
+    if "--dropout" in sys.argv[1:]:
+        print_dropout_table(torch)
+        return 0
     print(f"# Fused attention (bfloat16) on {ignis.Device(0).name}\n")
     print(
         "| B x H x L x E | causal | ignis fwd TFLOP/s | mma.sync fwd | torch fwd | vs torch | "
@@ -251,6 +307,7 @@ def main() -> int:
         for row in bench_f32_rows(torch, *case):
             print(row, flush=True)
         torch.cuda.empty_cache()
+    print_dropout_table(torch)
     return 0
 
 

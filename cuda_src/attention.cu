@@ -53,11 +53,8 @@ namespace attn {
 enum : int { kTcThreads = 128 };  // 4 warps
 enum : int { kFwdBM = 64, kFwdBN = 64 };
 
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
-    flash_fwd_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                 T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
-                 float scale_log2, int vec, int64 bh0, Layout lay) {
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_fwd_tc_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, float* __restrict__ lse, int L, int S, int E, float scale_log2, int vec, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int BM = kFwdBM, BN = kFwdBN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(4 * TILE * sizeof(T));
@@ -73,6 +70,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int w0 = m0 + warp * 16;  // this warp's first query
   const int row[2] = {w0 + (lane >> 2), w0 + (lane >> 2) + 8};
   const bool vec16 = vec != 0;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
 
   // Keys past the last one the block's last query sees are never loaded.
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
@@ -141,6 +139,7 @@ __global__ void __launch_bounds__(kTcThreads)
         o[nt][2 * h + 1] *= alpha;
       }
     }
+    if constexpr (DROP) drop_rows<NT>(s, drng, row, n0);  // (after the undropped row sums)
     mma_p_y<T, D, BN / 16, LD>(o, s, vs);
     __syncthreads();
   }
@@ -150,11 +149,29 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(lrow[h]);
     inv[h] = l > 0.f ? 1.f / l : 0.f;
+    if constexpr (DROP) inv[h] *= (float)drop.scale;
     if (t == 0 && row[h] < L)
       lse[bh * L + row[h]] = l > 0.f ? (mrow[h] + log2f(l)) * ln2() : neg_inf();
   }
   store_acc<T, D>(out + head_offset(lay.o, bh, lay.heads), o, w0, L, E, lay.o.st, inv[0],
                   inv[1]);
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                 T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                 float scale_log2, int vec, int64 bh0, Layout lay) {
+  flash_fwd_tc_body<T, D, CAUSAL, false>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, Dropout{});
+}
+
+// flash_fwd_tc with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                 T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                 float scale_log2, int vec, int64 bh0, Layout lay, Dropout drop) {
+  flash_fwd_tc_body<T, D, CAUSAL, true>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -171,11 +188,8 @@ enum : int { kFwd2MT = 2, kFwd2BM = 128, kFwd2BN = 64 };
 
 // Two blocks per SM (8 warps) at up to 255 registers and 104 KiB of shared memory (D = 128).
 // Three at D = 64 would need <= 168 registers, which makes ptxas spill: not asked for.
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
-    flash_fwd_tc_m32(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                     T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
-                     float scale_log2, int vec, int64 bh0, Layout lay) {
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_fwd_tc_m32_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, float* __restrict__ lse, int L, int S, int E, float scale_log2, int vec, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int MT = kFwd2MT, BM = kFwd2BM, BN = kFwd2BN, LD = D + 8, NT = BN / 8;
   constexpr int TILE = BN * LD, QTILE = BM * LD;
   constexpr bool QREG = D <= 64;  // Q fragments in registers: 2 x D/16 x 4 = 32 at D = 64
@@ -197,6 +211,7 @@ __global__ void __launch_bounds__(kTcThreads)
     row[mt][1] = row[mt][0] + 8;
   }
   const bool vec16 = vec != 0;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   load_tile16<T, BM, D, LD, kTcThreads>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E,
@@ -275,6 +290,7 @@ __global__ void __launch_bounds__(kTcThreads)
       float alpha[2];
       online_softmax<CAUSAL, NT>(s[mt], mrow[mt], lrow[mt], alpha, row[mt], n0, L, S, scale_log2,
                                  masked);
+      if constexpr (DROP) drop_rows<NT>(s[mt], drng, row[mt], n0);  // (after the row sums)
 #pragma unroll
       for (int nt = 0; nt < D / 8; ++nt) {
         o[mt][nt][0] *= alpha[0];
@@ -319,11 +335,29 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int h = 0; h < 2; ++h) {
       const float l = quad_sum(lrow[mt][h]);
       inv[h] = l > 0.f ? 1.f / l : 0.f;
+      if constexpr (DROP) inv[h] *= (float)drop.scale;
       if (t == 0 && row[mt][h] < L)
         lse[bh * L + row[mt][h]] = l > 0.f ? (mrow[mt][h] + log2f(l)) * ln2() : neg_inf();
     }
     store_acc<T, D>(ob, o[mt], m0 + wr + 16 * mt, L, E, lay.o.st, inv[0], inv[1]);
   }
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc_m32(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                     float scale_log2, int vec, int64 bh0, Layout lay) {
+  flash_fwd_tc_m32_body<T, D, CAUSAL, false>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, Dropout{});
+}
+
+// flash_fwd_tc_m32 with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_fwd_tc_m32_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                     T* __restrict__ out, float* __restrict__ lse, int L, int S, int E,
+                     float scale_log2, int vec, int64 bh0, Layout lay, Dropout drop) {
+  flash_fwd_tc_m32_body<T, D, CAUSAL, true>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,13 +441,14 @@ constexpr int dq_col_groups(int d, int most) {
   return g;
 }
 
-template <class T, int D, bool CAUSAL, bool DQ, int KN, int KM, bool KVREG, bool RED2>
+template <class T, int D, bool CAUSAL, bool DQ, int KN, int KM, bool KVREG, bool RED2,
+          bool DROP = false>
 IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
                            const T* __restrict__ v, const T* __restrict__ dout,
                            const float* __restrict__ lse, const float* __restrict__ dvec,
                            T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
                            int L, int S, int E, float scale, float scale_log2, int vec,
-                           int64 bh0, const Layout& lay) {
+                           int64 bh0, const Layout& lay, const Dropout& drop = Dropout{}) {
   constexpr int BN = KN, BM = KM, THREADS = bwd_threads<KN>(), WARPS = THREADS / 32;
   constexpr int LD = D + 8, NT = BM / 8, QTILE = BM * LD;
   constexpr int LDS = BN + 8;  // row stride of the dS tile: ldmatrix rows 4 banks apart
@@ -434,6 +469,7 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
   const int wk = warp * 16;  // this warp's first key, relative to n0
   const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
   const bool vec16 = vec != 0;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
 
   // Copies the query-side tiles of [m, m + BM) into buffer b (stats synchronously).
   auto load_queries = [&](int m, int b) {
@@ -507,6 +543,8 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
     // Block-uniform: does any (query, key) pair of this tile need the visibility test? (In a
     // tile that does not, every query sees a key, so its lse is finite.)
     const bool masked = m0 + BM > L || n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
+    float z[DROP ? NT : 1][4];  // DROP: the dropout factors (1 / (1 - p) kept, 0 dropped)
+    if constexpr (DROP) drop_cols<NT>(z, drng, key, m0, (float)drop.scale);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -517,8 +555,13 @@ IGNIS_DEV void bwd_dkdv_tc(const T* __restrict__ q, const T* __restrict__ k,
         const float p = (!masked || visible<CAUSAL>(m0 + il, j, L, S))
                             ? exp2_fast(s[nt][c] * scale_log2 - lse_s[il] * log2e())
                             : 0.f;
-        s[nt][c] = p;
-        dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+        if constexpr (DROP) {  // dV takes the dropped P; dS = P (dP_dropped z - D)
+          s[nt][c] = p * z[nt][c];
+          dp[nt][c] = p * (dp[nt][c] * z[nt][c] - d_s[il]);
+        } else {
+          s[nt][c] = p;
+          dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+        }
         if constexpr (DQ) dss[il * LDS + wk + (lane >> 2) + 8 * (c >> 1)] = from_acc<T>(dp[nt][c]);
       }
     mma_p_y<T, D, BM / 16, LD>(dva, s, dos);
@@ -584,6 +627,32 @@ __global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
                                                         L, S, E, scale, scale_log2, vec, bh0, lay);
 }
 
+// flash_bwd_dkdv_tc with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int KN, int KM, int MINB, bool KVREG, bool RED2>
+__global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
+    flash_bwd_dkdv_tc_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                              const T* __restrict__ v, const T* __restrict__ dout,
+                              const float* __restrict__ lse, const float* __restrict__ dvec,
+                              T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E,
+                              float scale, float scale_log2, int vec, int64 bh0, Layout lay,
+                              Dropout drop) {
+  bwd_dkdv_tc<T, D, CAUSAL, false, KN, KM, KVREG, RED2, true>(
+      q, k, v, dout, lse, dvec, dk, dv, nullptr, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
+}
+
+// flash_bwd_fused_tc with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int KN, int KM, int MINB, bool KVREG, bool RED2>
+__global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
+    flash_bwd_fused_tc_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                               const T* __restrict__ v, const T* __restrict__ dout,
+                               const float* __restrict__ lse, const float* __restrict__ dvec,
+                               T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
+                               int L, int S, int E, float scale, float scale_log2, int vec,
+                               int64 bh0, Layout lay, Dropout drop) {
+  bwd_dkdv_tc<T, D, CAUSAL, true, KN, KM, KVREG, RED2, true>(
+      q, k, v, dout, lse, dvec, dk, dv, dq_acc, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
+}
+
 // The fused backward: dK, dV and the unscaled float32 dQ sums in dq_acc (zero-filled first).
 template <class T, int D, bool CAUSAL, int KN, int KM, int MINB, bool KVREG, bool RED2>
 __global__ void __launch_bounds__(bwd_threads<KN>(), MINB)
@@ -617,12 +686,8 @@ __global__ void attn_dq_finish(const A* __restrict__ dq_acc, T* __restrict__ dq,
 
 enum : int { kBwdQM = 64, kBwdQN = 32 };
 
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kTcThreads)
-    flash_bwd_dq_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                    const T* __restrict__ dout, const float* __restrict__ lse,
-                    const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
-                    float scale, float scale_log2, int vec, int64 bh0, Layout lay) {
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_bwd_dq_tc_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E, float scale, float scale_log2, int vec, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int BM = kBwdQM, BN = kBwdQN, LD = D + 8, NT = BN / 8, TILE = BN * LD;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(4 * TILE * sizeof(T));
@@ -636,6 +701,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const T* vb = v + head_offset(lay.v, bh, lay.heads);
   const int64 ldk = lay.k.st, ldv = lay.v.st;
   const bool vec16 = vec != 0;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
   if (n_end > 0) {
@@ -674,6 +740,18 @@ __global__ void __launch_bounds__(kTcThreads)
     zero(dp);
     mma_a_xt<T, D, NT, LD>(s, qf, ks);
     mma_a_xt<T, D, NT, LD>(dp, df, vs);
+    if constexpr (DROP) {  // dP = dP_dropped * (keep ? 1 / (1 - p) : 0)
+      float z[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) z[nt][c] = (float)drop.scale;
+      drop_rows<NT>(z, drng, row, n0);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) dp[nt][c] *= z[nt][c];
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -689,6 +767,25 @@ __global__ void __launch_bounds__(kTcThreads)
   }
   store_acc<T, D>(dq + head_offset(lay.dq, bh, lay.heads), acc, w0, L, E, lay.dq.st, scale,
                   scale);
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_dq_tc(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                    const T* __restrict__ dout, const float* __restrict__ lse,
+                    const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                    float scale, float scale_log2, int vec, int64 bh0, Layout lay) {
+  flash_bwd_dq_tc_body<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, scale_log2, vec, bh0, lay, Dropout{});
+}
+
+// flash_bwd_dq_tc with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kTcThreads)
+    flash_bwd_dq_tc_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                    const T* __restrict__ dout, const float* __restrict__ lse,
+                    const float* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                    float scale, float scale_log2, int vec, int64 bh0, Layout lay, Dropout drop) {
+  flash_bwd_dq_tc_body<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -716,11 +813,8 @@ IGNIS_DEV T dot_rows(const T* a, const T* b) {
   return acc;
 }
 
-template <class T, int D, bool CAUSAL>
-__global__ void __launch_bounds__(kSimtThreads)
-    flash_fwd_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                   T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale,
-                   int64 bh0, Layout lay) {
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_fwd_simt_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int B = kSimtB, LDQ = D, LDK = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (LDQ + LDK + D) * sizeof(T));
@@ -730,6 +824,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * B;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* kb = k + head_offset(lay.k, bh, lay.heads);
   const T* vb = v + head_offset(lay.v, bh, lay.heads);
   load_tile_simt<T, D, LDQ>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st);
@@ -761,8 +856,10 @@ __global__ void __launch_bounds__(kSimtThreads)
       l[r] = l[r] * alpha + warp_sum(p);
 #pragma unroll
       for (int c = 0; c < C; ++c) o[r][c] *= alpha;
+      T pk = p;  // (the row sum above is of the undropped p)
+      if constexpr (DROP) pk = drop_keep(drng, m0 + il, j) ? p : T(0);
       for (int jj = 0; jj < 32; ++jj) {
-        const T pj = __shfl_sync(full_warp_mask, p, jj);
+        const T pj = __shfl_sync(full_warp_mask, pk, jj);
 #pragma unroll
         for (int c = 0; c < C; ++c) o[r][c] += pj * vs[jj * D + lane + 32 * c];
       }
@@ -773,7 +870,8 @@ __global__ void __launch_bounds__(kSimtThreads)
   for (int r = 0; r < kSimtRPW; ++r) {
     const int i = m0 + warp * kSimtRPW + r;
     if (i >= L) continue;
-    const T inv = l[r] > 0 ? T(1) / l[r] : T(0);
+    T inv = l[r] > 0 ? T(1) / l[r] : T(0);
+    if constexpr (DROP) inv *= (T)drop.scale;
 #pragma unroll
     for (int c = 0; c < C; ++c)
       if (lane + 32 * c < E) ob[i * lay.o.st + lane + 32 * c] = o[r][c] * inv;
@@ -781,13 +879,26 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-// dK, dV of 32 keys per block; a warp owns 4 keys, a lane one query of each 32-query tile.
 template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kSimtThreads)
-    flash_bwd_dkdv_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                        const T* __restrict__ dout, const T* __restrict__ lse,
-                        const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
-                        int L, int S, int E, T scale, int64 bh0, Layout lay) {
+    flash_fwd_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale,
+                   int64 bh0, Layout lay) {
+  flash_fwd_simt_body<T, D, CAUSAL, false>(q, k, v, out, lse, L, S, E, scale, bh0, lay, Dropout{});
+}
+
+// flash_fwd_simt with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_fwd_simt_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                   T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale,
+                   int64 bh0, Layout lay, Dropout drop) {
+  flash_fwd_simt_body<T, D, CAUSAL, true>(q, k, v, out, lse, L, S, E, scale, bh0, lay, drop);
+}
+
+// dK, dV of 32 keys per block; a warp owns 4 keys, a lane one query of each 32-query tile.
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_bwd_dkdv_simt_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E, T scale, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
@@ -798,6 +909,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * B;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* qb = q + head_offset(lay.q, bh, lay.heads);
   const T* db = dout + head_offset(lay.dout, bh, lay.heads);
   load_tile_simt<T, D, D>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E, lay.k.st);
@@ -823,9 +935,12 @@ __global__ void __launch_bounds__(kSimtThreads)
       const T sv = dot_rows<T, D, D, LDR>(ks + jl * D, qs + lane * LDR) * scale;
       const T dpv = dot_rows<T, D, D, LDR>(vs + jl * D, dos + lane * LDR);
       const T p = visible<CAUSAL>(i, n0 + jl, L, S) ? exp_(sv - lse_i) : T(0);
-      const T ds = p * (dpv - d_i);
+      T z = T(1);  // the dropout factor: 1 / (1 - p) kept, 0 dropped
+      if constexpr (DROP) z = drop_keep(drng, i, n0 + jl) ? (T)drop.scale : T(0);
+      const T ds = p * (dpv * z - d_i);
+      const T pz = p * z;
       for (int ii = 0; ii < 32; ++ii) {
-        const T pi = __shfl_sync(full_warp_mask, p, ii);
+        const T pi = __shfl_sync(full_warp_mask, pz, ii);
         const T dsi = __shfl_sync(full_warp_mask, ds, ii);
 #pragma unroll
         for (int c = 0; c < C; ++c) {
@@ -850,13 +965,28 @@ __global__ void __launch_bounds__(kSimtThreads)
   }
 }
 
-// dQ of 32 queries per block; a warp owns 4 queries, a lane one key of each 32-key tile.
 template <class T, int D, bool CAUSAL>
 __global__ void __launch_bounds__(kSimtThreads)
-    flash_bwd_dq_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
-                      const T* __restrict__ dout, const T* __restrict__ lse,
-                      const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
-                      T scale, int64 bh0, Layout lay) {
+    flash_bwd_dkdv_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const T* __restrict__ lse,
+                        const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                        int L, int S, int E, T scale, int64 bh0, Layout lay) {
+  flash_bwd_dkdv_simt_body<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, scale, bh0, lay, Dropout{});
+}
+
+// flash_bwd_dkdv_simt with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_bwd_dkdv_simt_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                        const T* __restrict__ dout, const T* __restrict__ lse,
+                        const T* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv,
+                        int L, int S, int E, T scale, int64 bh0, Layout lay, Dropout drop) {
+  flash_bwd_dkdv_simt_body<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dk, dv, L, S, E, scale, bh0, lay, drop);
+}
+
+// dQ of 32 queries per block; a warp owns 4 queries, a lane one key of each 32-key tile.
+template <class T, int D, bool CAUSAL, bool DROP>
+IGNIS_DEV void flash_bwd_dq_simt_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E, T scale, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int B = kSimtB, LDR = D + 1, C = D / 32;
   unsigned char* attn_smem = dynamic_smem();
   require_smem(B * (2 * D + 2 * LDR) * sizeof(T));
@@ -867,6 +997,7 @@ __global__ void __launch_bounds__(kSimtThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * B;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* kb = k + head_offset(lay.k, bh, lay.heads);
   const T* vb = v + head_offset(lay.v, bh, lay.heads);
   load_tile_simt<T, D, D>(qs, q + head_offset(lay.q, bh, lay.heads), m0, L, E, lay.q.st);
@@ -894,7 +1025,9 @@ __global__ void __launch_bounds__(kSimtThreads)
       const T sv = dot_rows<T, D, D, LDR>(qs + il * D, ks + lane * LDR) * scale;
       const T dpv = dot_rows<T, D, D, LDR>(dos + il * D, vs + lane * LDR);
       const T p = visible<CAUSAL>(m0 + il, j, L, S) ? exp_(sv - lse_r[r]) : T(0);
-      const T ds = p * (dpv - d_r[r]);
+      T z = T(1);  // the dropout factor: 1 / (1 - p) kept, 0 dropped
+      if constexpr (DROP) z = drop_keep(drng, m0 + il, j) ? (T)drop.scale : T(0);
+      const T ds = p * (dpv * z - d_r[r]);
       for (int jj = 0; jj < 32; ++jj) {
         const T dsj = __shfl_sync(full_warp_mask, ds, jj);
 #pragma unroll
@@ -911,6 +1044,25 @@ __global__ void __launch_bounds__(kSimtThreads)
     for (int c = 0; c < C; ++c)
       if (lane + 32 * c < E) dqb[i * lay.dq.st + lane + 32 * c] = acc[r][c] * scale;
   }
+}
+
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_bwd_dq_simt(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const T* __restrict__ lse,
+                      const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                      T scale, int64 bh0, Layout lay) {
+  flash_bwd_dq_simt_body<T, D, CAUSAL, false>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, bh0, lay, Dropout{});
+}
+
+// flash_bwd_dq_simt with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL>
+__global__ void __launch_bounds__(kSimtThreads)
+    flash_bwd_dq_simt_dropout(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                      const T* __restrict__ dout, const T* __restrict__ lse,
+                      const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E,
+                      T scale, int64 bh0, Layout lay, Dropout drop) {
+  flash_bwd_dq_simt_body<T, D, CAUSAL, true>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1064,11 +1216,8 @@ IGNIS_DEV void tile_store(T* g, const T (&acc)[RM][4 * G], int r0, int rows, int
   }
 }
 
-template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
-__global__ void __launch_bounds__(kTiledThreads, MINB)
-    flash_fwd_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
-                         const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L,
-                         int S, int E, T scale_log2, int vec, int64 bh0, Layout lay) {
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB, bool DROP>
+IGNIS_DEV void flash_fwd_simt_tiled_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L, int S, int E, T scale_log2, int vec, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
   unsigned char* attn_smem = dynamic_smem();
@@ -1079,6 +1228,7 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * BM;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* kb = k + head_offset(lay.k, bh, lay.heads);
   const T* vb = v + head_offset(lay.v, bh, lay.heads);
   const int64 ldk = lay.k.st, ldv = lay.v.st;
@@ -1138,7 +1288,9 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
 #pragma unroll
       for (int j = 0; j < CN; ++j) {
         const T p = exp2_(s[i][j] - m_use);
-        ps[(ty + 16 * i) * LDP + tx + 16 * j] = p;
+        T pk = p;  // (the row sum is of the undropped p)
+        if constexpr (DROP) pk = drop_keep(drng, row, n0 + tx + 16 * j) ? p : T(0);
+        ps[(ty + 16 * i) * LDP + tx + 16 * j] = pk;
         sum += p;
       }
       l[i] = l[i] * alpha + sum;  // this thread's share; the row's 16 shares add up at the end
@@ -1160,6 +1312,7 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   for (int i = 0; i < RM; ++i) {
     const T sum = row16_sum(l[i]);
     inv[i] = sum > 0 ? T(1) / sum : T(0);
+    if constexpr (DROP) inv[i] *= (T)drop.scale;
     const int row = m0 + ty + 16 * i;
     if (tx == 0 && row < L)
       lse[bh * L + row] = sum > 0 ? (m[i] + log2_(sum)) * ln2_<T>() : minus_inf<T>();
@@ -1170,14 +1323,26 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
                        tx);
 }
 
-// dQ of BM queries per block, walking the BN-key tiles they see.
 template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
 __global__ void __launch_bounds__(kTiledThreads, MINB)
-    flash_bwd_dq_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
-                            const T* __restrict__ v, const T* __restrict__ dout,
-                            const T* __restrict__ lse, const T* __restrict__ dvec,
-                            T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2,
-                            int vec, int64 bh0, Layout lay) {
+    flash_fwd_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L,
+                         int S, int E, T scale_log2, int vec, int64 bh0, Layout lay) {
+  flash_fwd_simt_tiled_body<T, D, CAUSAL, BM, BN, ST, MINB, false>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, Dropout{});
+}
+
+// flash_fwd_simt_tiled with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_fwd_simt_tiled_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                         const T* __restrict__ v, T* __restrict__ out, T* __restrict__ lse, int L,
+                         int S, int E, T scale_log2, int vec, int64 bh0, Layout lay, Dropout drop) {
+  flash_fwd_simt_tiled_body<T, D, CAUSAL, BM, BN, ST, MINB, true>(q, k, v, out, lse, L, S, E, scale_log2, vec, bh0, lay, drop);
+}
+
+// dQ of BM queries per block, walking the BN-key tiles they see.
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB, bool DROP>
+IGNIS_DEV void flash_bwd_dq_simt_tiled_body(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, const T* __restrict__ dout, const T* __restrict__ lse, const T* __restrict__ dvec, T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2, int vec, int64 bh0, const Layout& lay, const Dropout& drop) {
   constexpr int LD = D + 4, LDP = BN + 4, RM = BM / 16, CN = BN / 16, G = D / 64;
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
   unsigned char* attn_smem = dynamic_smem();
@@ -1189,6 +1354,7 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int m0 = blockIdx.x * BM;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* kb = k + head_offset(lay.k, bh, lay.heads);
   const T* vb = v + head_offset(lay.v, bh, lay.heads);
   const int64 ldk = lay.k.st, ldv = lay.v.st;
@@ -1238,7 +1404,9 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
       for (int j = 0; j < CN; ++j) {
         const int row = m0 + ty + 16 * i, col = n0 + tx + 16 * j;
         const T p = visible<CAUSAL>(row, col, L, S) ? exp2_(s[i][j] * scale_log2 - lse2[i]) : T(0);
-        dss[(ty + 16 * i) * LDP + tx + 16 * j] = p * (dp[i][j] - dr[i]);
+        T z = T(1);  // the dropout factor: 1 / (1 - p) kept, 0 dropped
+        if constexpr (DROP) z = drop_keep(drng, row, col) ? (T)drop.scale : T(0);
+        dss[(ty + 16 * i) * LDP + tx + 16 * j] = p * (dp[i][j] * z - dr[i]);
       }
     __syncthreads();
     tile_pv<T, RM, G, BN, LDP, LD>(acc, dss, ks, ty, tx);
@@ -1252,6 +1420,27 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
   tc::cp_async_wait<0>();
   tile_store<T, RM, G>(dq + head_offset(lay.dq, bh, lay.heads), acc, m0, L, E, lay.dq.st, scale,
                        ty, tx);
+}
+
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dq_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
+                            const T* __restrict__ v, const T* __restrict__ dout,
+                            const T* __restrict__ lse, const T* __restrict__ dvec,
+                            T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2,
+                            int vec, int64 bh0, Layout lay) {
+  flash_bwd_dq_simt_tiled_body<T, D, CAUSAL, BM, BN, ST, MINB, false>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, scale_log2, vec, bh0, lay, Dropout{});
+}
+
+// flash_bwd_dq_simt_tiled with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int BM, int BN, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dq_simt_tiled_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                            const T* __restrict__ v, const T* __restrict__ dout,
+                            const T* __restrict__ lse, const T* __restrict__ dvec,
+                            T* __restrict__ dq, int L, int S, int E, T scale, T scale_log2,
+                            int vec, int64 bh0, Layout lay, Dropout drop) {
+  flash_bwd_dq_simt_tiled_body<T, D, CAUSAL, BM, BN, ST, MINB, true>(q, k, v, dout, lse, dvec, dq, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
 }
 
 // dst[0, 4) += (a, b, c, d) with atomics (a template: instantiated only where used, so that
@@ -1310,13 +1499,13 @@ template <int D, int BN, int BM, int ST, bool DQ> constexpr int dkdv_tiled_smem(
 // rows are keys and its columns queries. DQ (the fused backward) also writes each query tile's
 // dS (queries x keys) to shared memory and adds dS K (unscaled) to dq_acc, contiguous (BH, L, E)
 // rows of T, with atomics; in that product the thread grid's rows are queries.
-template <class T, int D, bool CAUSAL, int BN, int BM, int ST, bool DQ>
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, bool DQ, bool DROP = false>
 IGNIS_DEV void bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict__ k,
                                    const T* __restrict__ v, const T* __restrict__ dout,
                                    const T* __restrict__ lse, const T* __restrict__ dvec,
                                    T* __restrict__ dk, T* __restrict__ dv, T* __restrict__ dq_acc,
                                    int L, int S, int E, T scale, T scale_log2, int vec, int64 bh0,
-                                   const Layout& lay) {
+                                   const Layout& lay, const Dropout& drop = Dropout{}) {
   constexpr int LD = D + 4, LDP = BM + 4, RN = BN / 16, CM = BM / 16, G = D / 64;
   constexpr int LDQ = BN + 4;  // row stride of the dS tile (DQ)
   static_assert(D % 64 == 0 && BM % 16 == 0 && BN % 16 == 0 && (ST == 1 || ST == 2), "tiles");
@@ -1333,6 +1522,7 @@ IGNIS_DEV void bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict_
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int64 bh = bh0 + blockIdx.y;
   const int n0 = blockIdx.x * BN;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
   const T* qb = q + head_offset(lay.q, bh, lay.heads);
   const T* db = dout + head_offset(lay.dout, bh, lay.heads);
   tiled_load<T, BN, D, LD>(ks, k + head_offset(lay.k, bh, lay.heads), n0, S, E, lay.k.st, vec);
@@ -1391,8 +1581,10 @@ IGNIS_DEV void bwd_dkdv_simt_tiled(const T* __restrict__ q, const T* __restrict_
         const T p = visible<CAUSAL>(m0 + qry, n0 + key, L, S)
                         ? exp2_(s[i][j] * scale_log2 - lse2[qry])
                         : T(0);
-        const T ds = p * (dp[i][j] - dr[qry]);
-        pts[key * LDP + qry] = p;
+        T z = T(1);  // the dropout factor: 1 / (1 - p) kept, 0 dropped
+        if constexpr (DROP) z = drop_keep(drng, m0 + qry, n0 + key) ? (T)drop.scale : T(0);
+        const T ds = p * (dp[i][j] * z - dr[qry]);
+        pts[key * LDP + qry] = p * z;
         dsts[key * LDP + qry] = ds;
         if constexpr (DQ) dss[qry * LDQ + key] = ds;
       }
@@ -1444,6 +1636,33 @@ __global__ void __launch_bounds__(kTiledThreads, MINB)
                                Layout lay) {
   bwd_dkdv_simt_tiled<T, D, CAUSAL, BN, BM, ST, true>(q, k, v, dout, lse, dvec, dk, dv, dq_acc, L,
                                                       S, E, scale, scale_log2, vec, bh0, lay);
+}
+
+// flash_bwd_dkdv_simt_tiled with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_dkdv_simt_tiled_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                                      const T* __restrict__ v, const T* __restrict__ dout,
+                                      const T* __restrict__ lse, const T* __restrict__ dvec,
+                                      T* __restrict__ dk, T* __restrict__ dv, int L, int S, int E,
+                                      T scale, T scale_log2, int vec, int64 bh0, Layout lay,
+                                      Dropout drop) {
+  bwd_dkdv_simt_tiled<T, D, CAUSAL, BN, BM, ST, false, true>(
+      q, k, v, dout, lse, dvec, dk, dv, nullptr, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
+}
+
+// flash_bwd_fused_simt_tiled with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int BN, int BM, int ST, int MINB>
+__global__ void __launch_bounds__(kTiledThreads, MINB)
+    flash_bwd_fused_simt_tiled_dropout(const T* __restrict__ q, const T* __restrict__ k,
+                                       const T* __restrict__ v, const T* __restrict__ dout,
+                                       const T* __restrict__ lse, const T* __restrict__ dvec,
+                                       T* __restrict__ dk, T* __restrict__ dv,
+                                       T* __restrict__ dq_acc, int L, int S, int E, T scale,
+                                       T scale_log2, int vec, int64 bh0, Layout lay,
+                                       Dropout drop) {
+  bwd_dkdv_simt_tiled<T, D, CAUSAL, BN, BM, ST, true, true>(
+      q, k, v, dout, lse, dvec, dk, dv, dq_acc, L, S, E, scale, scale_log2, vec, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------

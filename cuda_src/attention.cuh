@@ -6,6 +6,7 @@
 #pragma once
 
 #include "ignis_types.cuh"
+#include "philox.cuh"
 #include "tensor_core.cuh"
 
 namespace ignis {
@@ -76,6 +77,105 @@ IGNIS_DEV void require_smem(unsigned bytes) {
   if (n < bytes) asm volatile("trap;");
 }
 #endif
+
+// Dropout of the probabilities (the *_dropout kernels; attention.cu's header gives the mapping).
+// Passed by value: the Philox stream as values (state == nullptr: key (k0, k1), first block
+// offset) or, inside a captured CUDA graph, as device memory {seed, base block} plus offset from
+// that base (philox.cuh: stream_from_state); an element is kept when (word >> 8) >= threshold;
+// kept probabilities are multiplied by scale = 1 / (1 - p).
+struct Dropout {
+  const uint64* state;
+  uint64 offset;
+  uint32 k0, k1;
+  uint32 threshold, unused;
+  double scale;
+};
+static_assert(sizeof(Dropout) == 40, "Dropout must match the host's packing (attention.py)");
+
+// One head's dropout stream: the key, the block of its element (0, 0) and the blocks per row
+// pair. Element (i, j) of head bh is lane 2 (i & 1) + (j & 1) of block
+// offset + (bh * ceil(L / 2) + i / 2) * ceil(S / 2) + j / 2: each block covers a 2 x 2 square,
+// which holds two elements of a thread in both accumulator layouts (a query row pair of the
+// forward's two columns, a key column pair of the backward's two queries).
+struct DropRng {
+  uint32 k0, k1, threshold;
+  uint64 base, cols2;
+};
+
+IGNIS_DEV DropRng drop_rng(const Dropout& d, int64 bh, int L, int S) {
+  DropRng r;
+  uint64 offset = d.offset;
+  r.k0 = d.k0;
+  r.k1 = d.k1;
+  if (d.state != nullptr) {
+    const rng::StreamPos at = rng::stream_from_state(d.state, d.offset);
+    r.k0 = at.k0;
+    r.k1 = at.k1;
+    offset = at.offset;
+  }
+  r.threshold = d.threshold;
+  r.cols2 = (uint64)((S + 1) >> 1);
+  r.base = offset + (uint64)bh * (uint64)((L + 1) >> 1) * r.cols2;
+  return r;
+}
+
+// The keep bits of the 2 x 2 square holding (i, j) (i, j >= 0): bit 2 (i & 1) + (j & 1).
+IGNIS_DEV uint32 drop_bits(const DropRng& r, int i, int j) {
+  const rng::Words w =
+      rng::stream_block(r.base + (uint64)(i >> 1) * r.cols2 + (uint64)(j >> 1), r.k0, r.k1);
+  uint32 bits = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) bits |= (uint32)((w.w[e] >> 8) >= r.threshold) << e;
+  return bits;
+}
+
+IGNIS_DEV bool drop_keep(const DropRng& r, int i, int j) {
+  return ((drop_bits(r, i, j) >> (2 * (i & 1) + (j & 1))) & 1u) != 0u;
+}
+
+// drop_rng where the kernel drops out (DROP), else nothing to read.
+template <bool DROP> IGNIS_DEV DropRng drop_rng_if(const Dropout& d, int64 bh, int L, int S) {
+  if constexpr (DROP) {
+    return drop_rng(d, bh, L, S);
+  } else {
+    return DropRng{};
+  }
+}
+
+// Zero the dropped probabilities of a 16-row score accumulator in the forward layout: rows
+// row[0], row[1] (= row[0] + 8), columns n0 + 8 nt + 2 t + c (n0 even). Two Philox blocks per
+// n-tile. (The kept ones are scaled once, at the end, with the output.)
+template <int NT>
+IGNIS_DEV void drop_rows(float (&s)[NT][4], const DropRng& r, const int (&row)[2], int n0) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = row[h], j = n0 + nt * 8 + 2 * t;
+      const uint32 bits = drop_bits(r, i, j) >> (2 * (i & 1));
+      if (!(bits & 1u)) s[nt][2 * h] = 0.f;
+      if (!(bits & 2u)) s[nt][2 * h + 1] = 0.f;
+    }
+}
+
+// The dropout factors (scale where kept, 0 where dropped) of a score accumulator in the
+// backward's transposed layout: keys key[0], key[1] (rows), queries m0 + 8 nt + 2 t + (c & 1)
+// (m0 even). Two Philox blocks per n-tile.
+template <int NT>
+IGNIS_DEV void drop_cols(float (&z)[NT][4], const DropRng& r, const int (&key)[2], int m0,
+                         float scale) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = m0 + nt * 8 + 2 * t, j = key[h];
+      const uint32 bits = drop_bits(r, i, j) >> (j & 1);
+      z[nt][2 * h] = (bits & 1u) ? scale : 0.f;
+      z[nt][2 * h + 1] = (bits & 4u) ? scale : 0.f;
+    }
+}
 
 // Query i sees key j (both in range of their sequences).
 template <bool CAUSAL> IGNIS_DEV bool visible(int i, int j, int L, int S) {

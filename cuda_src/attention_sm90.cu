@@ -79,17 +79,17 @@ IGNIS_DEV void pack_p(uint32 (&pa)[NT / 2][4], const float (&s)[NT][4]) {
   }
 }
 
-// This warp's 16 output rows from r0 on (O / l, rounded) and their lse (natural log; -inf for
+// This warp's 16 output rows from r0 on (O / l * mul, rounded) and their lse (natural log; -inf for
 // a row that saw no key).
 template <class T, int D>
 IGNIS_DEV void finish_rows(T* ob, float* lse_rows, const float (&o)[D / 8][4],
                            const float (&mrow)[2], const float (&lrow)[2], const int (&row)[2],
-                           int r0, int L, int E, int64 ldo) {
+                           int r0, int L, int E, int64 ldo, float mul = 1.f) {
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(lrow[h]);
-    inv[h] = l > 0.f ? 1.f / l : 0.f;
+    inv[h] = (l > 0.f ? 1.f / l : 0.f) * mul;  // mul: the dropout scale (exactly 1 without)
     if ((threadIdx.x & 3) == 0 && row[h] < L)
       lse_rows[row[h]] = l > 0.f ? (mrow[h] + log2f(l)) * ln2() : neg_inf();
   }
@@ -137,13 +137,8 @@ IGNIS_DEV void release(unsigned bar) {
 // so K has FWD_KBUF = 2 buffers and V FWD_VBUF = 3: a copy never waits for the step the other
 // groups are in, only for the one before, and the groups run without a block-wide barrier.
 // Step 0 (no P V yet) and the last tile's P V are peeled off the loop.
-template <class T, int D, bool CAUSAL, int GROUPS, int BN>
-__global__ void __launch_bounds__(GROUPS * 128, 1)
-    flash_fwd_wgmma(const __grid_constant__ tma::TensorMap qmap,
-                    const __grid_constant__ tma::TensorMap kmap,
-                    const __grid_constant__ tma::TensorMap vmap, T* __restrict__ out,
-                    float* __restrict__ lse, int L, int S, int E, float scale_log2, int64 bh0,
-                    Layout lay) {
+template <class T, int D, bool CAUSAL, int GROUPS, int BN, bool DROP>
+IGNIS_DEV void flash_fwd_wgmma_body(const tma::TensorMap& qmap, const tma::TensorMap& kmap, const tma::TensorMap& vmap, T* __restrict__ out, float* __restrict__ lse, int L, int S, int E, float scale_log2, int64 bh0, const Layout& lay, const Dropout& drop) {
   static_assert(D == 64 || D == 128, "flash_fwd_wgmma: D is 64 or 128");
   constexpr int BM = 64 * GROUPS, NT = BN / 8;
   constexpr unsigned QTILE = BM * D * 2, KTILE = BN * D * 2;  // bytes
@@ -166,6 +161,8 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   const unsigned qg_addr = q_addr + 64 * group * 128;  // this group's rows of every Q panel
 
   const int n_end = CAUSAL ? min(S, max(0, m0 + BM + S - L)) : S;
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
+  const float oscale = DROP ? (float)drop.scale : 1.f;
   const int tiles = (n_end + BN - 1) / BN;
   float o[D / 8][4], s[NT][4];
   uint32 pa[BN / 16][4];
@@ -173,7 +170,7 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   float mrow[2] = {neg_inf(), neg_inf()}, lrow[2] = {0.f, 0.f}, alpha[2];
   T* ob = out + head_offset(lay.o, bh, lay.heads);
   if (tiles == 0) {  // no visible key: zero rows, lse -inf
-    finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st);
+    finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st, oscale);
     return;
   }
 
@@ -212,6 +209,7 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   release(bar(K_FREE));
   online_softmax<CAUSAL, NT>(s, mrow, lrow, alpha, row, 0, L, S, scale_log2,
                              BN > S || (CAUSAL && BN - 1 > m0 + S - L));
+  if constexpr (DROP) drop_rows<NT>(s, drng, row, 0);  // (after the undropped row sums)
   pack_p<T, NT>(pa, s);  // (O is still zero: no rescaling)
   if (producer && 1 < tiles) tma_tile<BN, D>(v_addr + KTILE, vmap, BN, hh, hb, bar(V_FULL + 1));
 
@@ -238,6 +236,7 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
     const int n0 = j * BN;
     const bool masked = n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
     online_softmax<CAUSAL, NT>(s, mrow, lrow, alpha, row, n0, L, S, scale_log2, masked);
+    if constexpr (DROP) drop_rows<NT>(s, drng, row, n0);
 
     wg::wgmma_wait<0>();
     wg::fence_operands<D / 2>(&o[0][0]);
@@ -267,7 +266,28 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
   wg::wgmma_commit();
   wg::wgmma_wait<0>();
   wg::fence_operands<D / 2>(&o[0][0]);
-  finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st);
+  finish_rows<T, D>(ob, lse + bh * L, o, mrow, lrow, row, m0 + wr, L, E, lay.o.st, oscale);
+}
+
+template <class T, int D, bool CAUSAL, int GROUPS, int BN>
+__global__ void __launch_bounds__(GROUPS * 128, 1)
+    flash_fwd_wgmma(const __grid_constant__ tma::TensorMap qmap,
+                    const __grid_constant__ tma::TensorMap kmap,
+                    const __grid_constant__ tma::TensorMap vmap, T* __restrict__ out,
+                    float* __restrict__ lse, int L, int S, int E, float scale_log2, int64 bh0,
+                    Layout lay) {
+  flash_fwd_wgmma_body<T, D, CAUSAL, GROUPS, BN, false>(qmap, kmap, vmap, out, lse, L, S, E, scale_log2, bh0, lay, Dropout{});
+}
+
+// flash_fwd_wgmma with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int GROUPS, int BN>
+__global__ void __launch_bounds__(GROUPS * 128, 1)
+    flash_fwd_wgmma_dropout(const __grid_constant__ tma::TensorMap qmap,
+                    const __grid_constant__ tma::TensorMap kmap,
+                    const __grid_constant__ tma::TensorMap vmap, T* __restrict__ out,
+                    float* __restrict__ lse, int L, int S, int E, float scale_log2, int64 bh0,
+                    Layout lay, Dropout drop) {
+  flash_fwd_wgmma_body<T, D, CAUSAL, GROUPS, BN, true>(qmap, kmap, vmap, out, lse, L, S, E, scale_log2, bh0, lay, drop);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -281,16 +301,8 @@ __global__ void __launch_bounds__(GROUPS * 128, 1)
 //   dS^T also into shared memory, and after a barrier dQ(BM x D/2, the group's half of the
 //   columns) = dS K (dS read MN-major from the dS^T tile, K MN-major), added to dq_acc by
 //   paired float32 reductions.
-template <class T, int D, bool CAUSAL, int BM>
-__global__ void __launch_bounds__(256, 1)
-    flash_bwd_fused_wgmma(const __grid_constant__ tma::TensorMap qmap,
-                          const __grid_constant__ tma::TensorMap kmap,
-                          const __grid_constant__ tma::TensorMap vmap,
-                          const __grid_constant__ tma::TensorMap domap,
-                          const float* __restrict__ lse, const float* __restrict__ dvec,
-                          T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
-                          int L, int S, int E, float scale, float scale_log2, int64 bh0,
-                          Layout lay) {
+template <class T, int D, bool CAUSAL, int BM, bool DROP>
+IGNIS_DEV void flash_bwd_fused_wgmma_body(const tma::TensorMap& qmap, const tma::TensorMap& kmap, const tma::TensorMap& vmap, const tma::TensorMap& domap, const float* __restrict__ lse, const float* __restrict__ dvec, T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc, int L, int S, int E, float scale, float scale_log2, int64 bh0, const Layout& lay, const Dropout& drop) {
   static_assert(D == 64 || D == 128, "flash_bwd_fused_wgmma: D is 64 or 128");
   static_assert(BM == 64, "flash_bwd_fused_wgmma: the dS^T tile rows are 64 queries (128 bytes)");
   constexpr int BN = 128, THREADS = 256, NT = BM / 8, DH = D / 2;
@@ -316,6 +328,7 @@ __global__ void __launch_bounds__(256, 1)
   const int n0 = blockIdx.x * BN;
   const int wk = 64 * group + 16 * warp;  // this warp's first key, relative to n0
   const int key[2] = {n0 + wk + (lane >> 2), n0 + wk + (lane >> 2) + 8};
+  const DropRng drng = drop_rng_if<DROP>(drop, bh, L, S);
 
   // The query-side tiles of [m, m + BM) into buffer b: Q and dO by TMA (thread 0), the lse and
   // D rows by 4-byte cp.async (zeros past L).
@@ -390,6 +403,8 @@ __global__ void __launch_bounds__(256, 1)
 
     // Block-uniform: does any (query, key) pair of this tile need the visibility test?
     const bool masked = m0 + BM > L || n0 + BN > S || (CAUSAL && n0 + BN - 1 > m0 + S - L);
+    float z[DROP ? NT : 1][4];  // DROP: the dropout factors (1 / (1 - p) kept, 0 dropped)
+    if constexpr (DROP) drop_cols<NT>(z, drng, key, m0, (float)drop.scale);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -398,8 +413,13 @@ __global__ void __launch_bounds__(256, 1)
         const float p = (!masked || visible<CAUSAL>(m0 + il, key[c >> 1], L, S))
                             ? exp2_fast(s[nt][c] * scale_log2 - lse_s[il] * log2e())
                             : 0.f;
-        s[nt][c] = p;
-        dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+        if constexpr (DROP) {  // dV takes the dropped P; dS = P (dP_dropped z - D)
+          s[nt][c] = p * z[nt][c];
+          dp[nt][c] = p * (dp[nt][c] * z[nt][c] - d_s[il]);
+        } else {
+          s[nt][c] = p;
+          dp[nt][c] = p * (dp[nt][c] - d_s[il]);
+        }
       }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -471,6 +491,33 @@ __global__ void __launch_bounds__(256, 1)
                   scale);
   store_acc<T, D>(dv + head_offset(lay.dv, bh, lay.heads), dva, n0 + wk, S, E, lay.dv.st, 1.f,
                   1.f);
+}
+
+template <class T, int D, bool CAUSAL, int BM>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_fused_wgmma(const __grid_constant__ tma::TensorMap qmap,
+                          const __grid_constant__ tma::TensorMap kmap,
+                          const __grid_constant__ tma::TensorMap vmap,
+                          const __grid_constant__ tma::TensorMap domap,
+                          const float* __restrict__ lse, const float* __restrict__ dvec,
+                          T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
+                          int L, int S, int E, float scale, float scale_log2, int64 bh0,
+                          Layout lay) {
+  flash_bwd_fused_wgmma_body<T, D, CAUSAL, BM, false>(qmap, kmap, vmap, domap, lse, dvec, dk, dv, dq_acc, L, S, E, scale, scale_log2, bh0, lay, Dropout{});
+}
+
+// flash_bwd_fused_wgmma with the probabilities dropped out (see the header).
+template <class T, int D, bool CAUSAL, int BM>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_fused_wgmma_dropout(const __grid_constant__ tma::TensorMap qmap,
+                          const __grid_constant__ tma::TensorMap kmap,
+                          const __grid_constant__ tma::TensorMap vmap,
+                          const __grid_constant__ tma::TensorMap domap,
+                          const float* __restrict__ lse, const float* __restrict__ dvec,
+                          T* __restrict__ dk, T* __restrict__ dv, float* __restrict__ dq_acc,
+                          int L, int S, int E, float scale, float scale_log2, int64 bh0,
+                          Layout lay, Dropout drop) {
+  flash_bwd_fused_wgmma_body<T, D, CAUSAL, BM, true>(qmap, kmap, vmap, domap, lse, dvec, dk, dv, dq_acc, L, S, E, scale, scale_log2, bh0, lay, drop);
 }
 
 }  // namespace attn

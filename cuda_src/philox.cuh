@@ -8,10 +8,16 @@
 
 #include "ignis_types.cuh"
 
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(IGNIS_TC_HOST_EMULATION)
 
 namespace ignis {
 namespace rng {
+
+#if !defined(__CUDACC__)
+// The kernels built as host C++ on the emulator of tests/ignis/array/tc_emulator.py: the one
+// device intrinsic used here.
+inline uint32 __umulhi(uint32 a, uint32 b) { return (uint32)(((uint64)a * b) >> 32); }
+#endif
 
 struct Words {
   uint32 w[4];
@@ -72,4 +78,4 @@ IGNIS_DEV uint64 bits53(uint32 hi, uint32 lo) { return ((uint64)(hi >> 5) << 26)
 }  // namespace rng
 }  // namespace ignis
 
-#endif  // __CUDACC__
+#endif  // __CUDACC__ || IGNIS_TC_HOST_EMULATION

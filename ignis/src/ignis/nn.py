@@ -31,7 +31,13 @@ from ._array._nn_norm import layer_norm, layer_norm_backward, rms_norm, rms_norm
 # --- [end norm-loss]
 
 # --- [attention]
-from ._array._nn_attention import attention, attention_backward, decode_attention
+from ._array._nn_attention import (
+    AttentionDropout,
+    attention,
+    attention_backward,
+    attention_dropout,
+    decode_attention,
+)
 
 # --- [end attention]
 
@@ -86,6 +92,8 @@ __all__: list[str] = [
     # --- [attention]
     "attention",
     "attention_backward",
+    "attention_dropout",
+    "AttentionDropout",
     "decode_attention",
     # --- [end attention]
     # --- [optim]

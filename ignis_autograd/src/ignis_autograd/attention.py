@@ -10,6 +10,13 @@ rule recomputes the probabilities from the saved log-sum-exp, so no ``(L, S)`` m
 for the backward pass. Other inputs (``E > 128``, ``Ev != E``, mixed dtypes) take a composite
 of matmuls and a softmax.
 
+``dropout_p > 0`` drops the attention probabilities (PyTorch's convention: before ``@ v``, kept
+ones scaled by ``1 / (1 - p)``). On the fused path the mask is drawn inside the kernels from the
+``ignis.random`` Philox stream (:func:`ignis.nn.attention_dropout`): the recorded op keeps only
+the stream position, and the backward pass regenerates the same mask. A fixed ``seed`` and
+``offset`` give the same mask at every call (what gradcheck needs). The composite path builds
+the same mask explicitly.
+
 Example::
 
     >>> import ignis_autograd as ag
@@ -23,10 +30,12 @@ import math
 from typing import Any
 
 import ignis.nn
+from ignis._array._attention_dropout import check_p, keep_mask
 
 import ignis
 from ignis import NvArray, ShapeError
 
+from ._rules import rule
 from .functional import where
 from .tensor import Tensor, apply, as_data
 
@@ -82,48 +91,155 @@ def _tensor(x: Any, data: NvArray) -> Tensor:
 
 
 def _composite(
-    q: Any, k: Any, v: Any, qd: NvArray, kd: NvArray, vd: NvArray, causal: bool, s: float
+    q: Any,
+    k: Any,
+    v: Any,
+    qd: NvArray,
+    kd: NvArray,
+    vd: NvArray,
+    causal: bool,
+    s: float,
+    drop: Any = None,
 ) -> Tensor:
-    """Attention from differentiable matmuls and a softmax (keeps the (L, S) matrix)."""
+    """Attention from differentiable matmuls and a softmax (keeps the (L, S) matrix); ``drop``
+    (an AttentionDropout): the fused kernels' mask, built explicitly."""
     scores = (_tensor(q, qd) @ _tensor(k, kd).mT) * s
     if causal:
         n_q, n_k = qd.shape[-2], kd.shape[-2]
         rows = ignis.arange(n_q, device=qd.device).reshape(n_q, 1)
         cols = ignis.arange(n_k, device=qd.device).reshape(1, n_k)
         scores = where(cols <= rows + (n_k - n_q), scores, float("-inf"))
-    return scores.softmax(axis=-1) @ _tensor(v, vd)
+    weights = scores.softmax(axis=-1)
+    if drop is not None:
+        shape = (*_as_4d(qd).shape[:3], kd.shape[-2])
+        factors = keep_mask(drop, shape).astype(weights.data.dtype.numpy) * drop.scale
+        z = ignis.asarray(factors.reshape(*qd.shape[:-1], kd.shape[-2]), device=qd.device)
+        weights = weights * Tensor(z.astype(weights.data.dtype))
+    return weights @ _tensor(v, vd)
+
+
+def _draw(p: float, qd: NvArray, kd: NvArray, seed: Any, offset: Any, generator: Any) -> Any:
+    """The AttentionDropout of a call (None: no dropout)."""
+    op = "scaled_dot_product_attention"
+    check_p(op, p)
+    q4, k4 = _as_4d(qd), _as_4d(kd)
+    shape = (*q4.shape[:3], k4.shape[2])
+    from ignis._array._attention_dropout import draw
+
+    return draw(op, p, shape, qd.device, seed=seed, offset=offset, generator=generator)
 
 
 def scaled_dot_product_attention(
-    q: Any, k: Any, v: Any, causal: bool = False, scale: float | None = None
+    q: Any,
+    k: Any,
+    v: Any,
+    causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    *,
+    seed: int | None = None,
+    offset: int | None = None,
+    generator: Any = None,
 ) -> Tensor:
     """``softmax(q @ k^T * scale [+ causal mask]) @ v``; ``scale`` defaults to ``1/sqrt(E)``.
 
     With ``causal=True`` query ``i`` attends to keys ``j <= i + (S - L)`` (the mask is aligned
     to the end, as for a query block that continues a KV cache; equal to PyTorch's
     ``is_causal`` when ``L == S``). A query that sees no key gets a zero output row.
+
+    ``dropout_p`` (in ``[0, 1]``, PyTorch's argument): the probabilities are dropped with that
+    probability and the kept ones scaled by ``1 / (1 - dropout_p)`` (always, as in
+    ``torch.nn.functional.scaled_dot_product_attention``: pass 0 outside training). The mask
+    comes from the Philox stream ``(seed, offset)`` when given (the same mask every call), else
+    from ``generator`` (default: ``ignis.random``'s), which advances.
+
+    Example: ``y = scaled_dot_product_attention(q, k, v, causal=True, dropout_p=0.1)``.
     """
     qd, kd, vd = as_data(q), as_data(k), as_data(v)
     _check(qd, kd, vd)
     s = 1.0 / math.sqrt(qd.shape[-1]) if scale is None else float(scale)
     causal = bool(causal)
+    drop = _draw(dropout_p, qd, kd, seed, offset, generator)
     if not _fusable(qd, kd, vd):
-        return _composite(q, k, v, qd, kd, vd, causal, s)
+        return _composite(q, k, v, qd, kd, vd, causal, s, drop)
     q4, k4, v4 = _as_4d(qd), _as_4d(kd), _as_4d(vd)
-    out4, lse = ignis.nn.attention(q4, k4, v4, causal=causal, scale=s)
+    out4, lse = ignis.nn.attention(q4, k4, v4, causal=causal, scale=s, dropout=drop)
     out = out4.reshape(qd.shape)
     ctx = (q4, k4, v4, out4, lse, causal, s, qd.shape, kd.shape, vd.shape)
+    if drop is not None:
+        return apply("scaled_dot_product_attention_dropout", out, (q, k, v), (*ctx, drop))
     return apply("scaled_dot_product_attention", out, (q, k, v), ctx)
 
 
+def _no_higher_order(g: Any, op: str) -> None:
+    if not isinstance(g, NvArray):
+        raise NotImplementedError(
+            f"{op}: gradients of gradients (create_graph=True) are not supported with "
+            "dropout_p > 0; use dropout_p=0 for higher-order derivatives"
+        )
+
+
+@rule("scaled_dot_product_attention_dropout")
+def _sdpa_dropout_vjp(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv, drop):
+    # as scaled_dot_product_attention's rule, with the forward's dropout (the same mask)
+    _no_higher_order(g, "scaled_dot_product_attention")
+    if not any(need):
+        return None, None, None
+    dq, dk, dv = ignis.nn.attention_backward(
+        g.reshape(out.shape), q, k, v, out, lse, causal=causal, scale=scale, dropout=drop
+    )
+    return (
+        dq.reshape(sq) if need[0] else None,
+        dk.reshape(sk) if need[1] else None,
+        dv.reshape(sv) if need[2] else None,
+    )
+
+
+@rule("packed_attention_dropout")
+def _packed_dropout_vjp(g, need, q, k, v, out, lse, causal, scale, h, qkv, drop):
+    # as packed_attention's rule: dq, dk, dv written into the slots of one qkv gradient
+    _no_higher_order(g, "packed_attention")
+    b, n, dim = g.shape
+    hd = dim // h
+    g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3)
+    grad = ignis.empty((b, n, 3, h, hd), dtype=q.dtype, device=q.device)
+    slots = grad.permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
+    ignis.nn.attention_backward(
+        g4,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        causal=causal,
+        scale=scale,
+        dq=slots[0],
+        dk=slots[1],
+        dv=slots[2],
+        dropout=drop,
+    )
+    return (grad.reshape(b, n, 3 * dim),)
+
+
 def packed_attention(
-    qkv: Any, n_heads: int, causal: bool = False, scale: float | None = None
+    qkv: Any,
+    n_heads: int,
+    causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    *,
+    seed: int | None = None,
+    offset: int | None = None,
+    generator: Any = None,
 ) -> Tensor:
     """Multi-head attention of a packed projection: ``qkv`` ``(B, T, 3 * dim)`` holds the q, k
     and v blocks along its last axis, ``n_heads`` heads of ``dim / n_heads`` inside each; the
     result ``(B, T, dim)`` has the heads merged back. The same values as splitting the heads
     out, :func:`scaled_dot_product_attention` and merging them, recorded as one op: the
     backward pass writes dq, dk and dv straight into one ``qkv`` gradient.
+
+    ``dropout_p``, ``seed``, ``offset``, ``generator``: as for
+    :func:`scaled_dot_product_attention` (the same mask for the same stream).
 
     Example: ``y = packed_attention(x @ w_qkv, n_heads=6, causal=True)`` for x ``(B, T, 384)``.
     """
@@ -141,20 +257,33 @@ def packed_attention(
     heads = data.reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd), a view
     if not _fusable(heads[0], heads[1], heads[2]):
         qkv_t = _tensor(qkv, data).reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)
-        out = scaled_dot_product_attention(qkv_t[0], qkv_t[1], qkv_t[2], causal, scale)
+        out = scaled_dot_product_attention(
+            qkv_t[0],
+            qkv_t[1],
+            qkv_t[2],
+            causal,
+            scale,
+            dropout_p,
+            seed=seed,
+            offset=offset,
+            generator=generator,
+        )
         return out.permute(0, 2, 1, 3).reshape(b, n, dim)
     s = 1.0 / math.sqrt(hd) if scale is None else float(scale)
     causal = bool(causal)
     # q, k and v are (B, H, T, hd) views of qkv read in place; the result is written into a
     # (B, T, H, hd) buffer through its (B, H, T, hd) view, so merging the heads is a reshape.
     q4, k4, v4 = heads[0], heads[1], heads[2]
+    drop = _draw(dropout_p, q4, k4, seed, offset, generator)
     merged = ignis.empty((b, n, h, hd), dtype=data.dtype, device=data.device)
     out4, lse = ignis.nn.attention(
-        q4, k4, v4, causal=causal, scale=s, out=merged.permute(0, 2, 1, 3)
+        q4, k4, v4, causal=causal, scale=s, out=merged.permute(0, 2, 1, 3), dropout=drop
     )
     out = merged.reshape(b, n, dim)
     # (qkv itself last, which q4/k4/v4 view anyway: a recorded backward pass recomputes from it)
     ctx = (q4, k4, v4, out4, lse, causal, s, h, data)
+    if drop is not None:
+        return apply("packed_attention_dropout", out, (qkv,), (*ctx, drop))
     return apply("packed_attention", out, (qkv,), ctx)
 
 

@@ -346,6 +346,18 @@ def test_mixed_real_and_complex_operands(device: str, rng) -> None:
     np.testing.assert_allclose(got.to_host(), i - z.astype(np.complex128), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_comparison_with_a_python_complex_is_elementwise(device: str, dtype: str, rng) -> None:
+    # == and != with a Python complex compare values, as with a Python float (not identity)
+    z = _rand(rng, (5,), dtype)
+    s = complex(z[2])
+    a = _nv(z, device)
+    np.testing.assert_array_equal((a == s).to_host(), z == s)
+    np.testing.assert_array_equal((a != s).to_host(), z != s)
+    np.testing.assert_array_equal((s == a).to_host(), z == s)
+    assert bool((a == s)[2]) and int(ignis.sum(a == s)) == int(np.sum(z == s))
+
+
 def test_inplace_ops_and_where(device: str, rng) -> None:
     z = _rand(rng, (5,), "complex128")
     x = _nv(z, device)

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from array_helpers import ALL, FLOATS, TOL, arg_i64, np_dtype, random_array, stand_in_gpu
+from array_helpers import (
+    ALL,
+    FLOATS,
+    TOL,
+    arg_i64,
+    arg_ptr,
+    np_dtype,
+    random_array,
+    stand_in_gpu,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 import fake_gpu  # noqa: E402  (the stand-in GPU of tests/ignis/runtime)
@@ -542,6 +551,31 @@ def test_fake_gpu_take_keeps_rows_in_flight_when_the_grid_is_large(fake) -> None
         ignis.take(w, ignis.empty((rows,), dtype="int32", device="cuda:0"))
         ((name, grid, _, _, _),) = _launched(fake, "ignis::idx::take_rows")
         assert name.endswith(f", 4, {per_thread}>") and grid == (rows // per_thread, 1, 1)
+
+
+def test_fake_gpu_repeated_take_launches_from_its_plan(fake) -> None:
+    # The second lookup of a shape goes through the remembered prepared launch: the same
+    # kernel, grid, block and scalar arguments, with the pointers of the new operands.
+    w = ignis.empty((50304, 768), dtype="bfloat16", device="cuda:0")
+    runs = []
+    for _ in range(3):
+        ids = ignis.empty((8192,), dtype="int64", device="cuda:0")
+        out = ignis.nn.embedding(ids, w)
+        ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
+        fake.launches.clear()
+        assert [arg_ptr(v) for v in args[:3]] == [w.data_ptr, ids.data_ptr, out.data_ptr]
+        runs.append((name, grid, block, [arg_i64(v) for v in args[3:]]))
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0][0] == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 8, 4>"
+    assert runs[0][3] == [8192, 8192, 50304, 96]
+    assert cuda_indexing._take_plans.hits >= 2
+    # a table 4 bytes past a 16-byte boundary: another plan (4-byte moves), not the 16-byte one
+    base = ignis.empty((10 * 768 + 2,), dtype="bfloat16", device="cuda:0")
+    shifted = base[2:].reshape(10, 768)
+    ignis.nn.embedding(ignis.empty((8192,), dtype="int64", device="cuda:0"), shifted)
+    ((name, _, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
+    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 2, 4>"
+    assert arg_ptr(args[0]) == shifted.data_ptr and arg_i64(args[-1]) == 384
 
 
 def test_fake_gpu_index_add_launches(fake) -> None:

@@ -165,9 +165,10 @@ def misaligned(values: np.ndarray, device: str) -> ignis.NvArray:
     return nv(padded, device)[1:].reshape(values.shape)
 
 
-# Sizes around the kernels' vector steps (16 elements; 32 for the 16-bit types) and Philox
-# blocks (4 elements): tail only, whole steps, whole steps plus every kind of tail.
-STEP_SIZES = [1, 3, 4, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 1000, 4099, 65543]
+# Sizes around the vector path's warp tiles (256 float64, 512 float32, 1024 16-bit elements)
+# and Philox blocks (4 elements): tail only, whole tiles, whole tiles plus every kind of tail.
+STEP_SIZES = [1, 3, 4, 15, 17, 33, 255, 256, 257, 511, 512, 513, 1023, 1024, 1025]
+STEP_SIZES += [4099, 8197, 65543]
 
 
 @pytest.mark.gpu
@@ -200,6 +201,29 @@ def test_gpu_dropout_vector_and_scalar_paths_equal_cpu(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_gpu_dropout_strided_operands_equal_cpu(rng: np.random.Generator, dtype: str) -> None:
+    # Strided views (copied to contiguous rows before the kernels) of sizes with whole tiles and
+    # a tail: 1031 x 3 = 3093 elements; the mask of the backward pass is a strided view too.
+    seed, offset, p = 5, 2**32 - 1, 0.2
+    a = random_array(rng, (6, 1031), dtype)
+    b = random_array(rng, (1031, 6), dtype)
+    ref_x, ref_g = a.T[:, 1::2], b[:, ::2]  # (1031, 3) each
+    y, m = ignis.nn.dropout(nv(a, "cuda:0").T[:, 1::2], p, seed, offset)
+    y_ref, m_ref = ignis.nn.dropout(nv(np.ascontiguousarray(ref_x), "cpu"), p, seed, offset)
+    np.testing.assert_array_equal(m.to_host(), m_ref.to_host())
+    np.testing.assert_array_equal(bits(y), bits(y_ref))
+    wide = np.repeat(m_ref.to_host(), 2, axis=1)  # (1031, 6): columns 0, 2, 4 are the mask
+    mask_view = nv(wide, "cuda:0")[:, ::2]
+    back = ignis.nn.dropout_backward(nv(b, "cuda:0")[:, ::2], mask_view, p)
+    back_ref = ignis.nn.dropout_backward(nv(np.ascontiguousarray(ref_g), "cpu"), m_ref, p)
+    np.testing.assert_array_equal(bits(back), bits(back_ref))
+    expect = np.where(m_ref.to_host(), ref_g.astype(np.float64) / (1 - p), 0.0)
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(back.to_host().astype(np.float64), expect, rtol=rtol, atol=atol)
+
+
+@pytest.mark.gpu
 def test_gpu_dropout_backward_counts_any_nonzero_mask_byte_as_kept(
     rng: np.random.Generator,
 ) -> None:
@@ -217,13 +241,13 @@ def test_gpu_dropout_backward_counts_any_nonzero_mask_byte_as_kept(
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gpu_dropout_large_matches_the_stream_in_windows(dtype: str) -> None:
-    # Large enough that threads of the capped grid take a second step (grid-stride loop), plus
+    # Large enough that warps of the capped grid take a second tile (grid-stride loop), plus
     # a tail: windows at the start, around the end of the first pass, and at the end are
     # compared with the CPU backend, which draws the same words from offset + start / 4.
-    step = cuda_indexing.dropout_step(getattr(ignis, dtype))
+    tile = cuda_indexing.dropout_tile(getattr(ignis, dtype))
     per_sm = ignis.tuning().indexing.blocks_per_sm
-    first_pass = ignis.Device(0).multiprocessor_count * per_sm * 256 * step
-    n = first_pass + first_pass // 8 + 7  # about 20M float32 / 39M bfloat16 on an H200
+    first_pass = ignis.Device(0).multiprocessor_count * per_sm * (256 // 32) * tile
+    n = first_pass + first_pass // 8 + 7  # about 19M float32 / 39M bfloat16 on an H200
     seed, offset, p = 77, 5, 0.1
     host_rng = np.random.default_rng(3)
     x = host_rng.standard_normal(n, dtype=np.float32).astype(np_dtype(dtype))
@@ -269,12 +293,13 @@ def _dropout_launches(gpu: fake_gpu.FakeGpu) -> list:
 @pytest.mark.parametrize(
     ("dtype", "shape", "name", "grid"),
     [
-        # 2**26 elements, 16 (float32) or 32 (bfloat16) per thread step: grids capped at
-        # 132 multiprocessors x 32 blocks, the threads then loop
+        # 2**26 elements, one warp per tile of 512 (float32) or 1024 (bfloat16): grids capped
+        # at 132 multiprocessors x 32 blocks, the warps then loop
         ("float32", (16384, 4096), "float, float, true", 132 * 32),
         ("bfloat16", (16384, 4096), "ignis::bfloat16, float, true", 132 * 32),
-        ("float64", (1000, 33), "double, double, true", -(-33000 // 16 // 256)),
-        ("float16", (2, 40), "ignis::float16, float, true", 1),  # 2 steps + a tail of 16
+        # 128 whole tiles of 256 float64 (one warp each, 8 per block) and a tail of 232
+        ("float64", (1000, 33), "double, double, true", 33000 // 256 * 32 // 256),
+        ("float16", (2, 40), "ignis::float16, float, true", 1),  # no whole tile: the tail only
         ("float32", (3,), "float, float, true", 1),  # no whole step: the tail only
     ],
 )
@@ -311,7 +336,8 @@ def test_fake_gpu_dropout_scalar_path_when_misaligned(fake) -> None:
     fake.launches.clear()
     ignis.nn.dropout_backward(g, ignis.empty((100_000,), dtype="bool", device="cuda:0"), 0.5)
     ((name, grid, _, _, _),) = _dropout_launches(fake)
-    assert name.endswith("float, true>") and grid == (-(-100_000 // 32 // 256), 1, 1)
+    # 97 whole tiles of 1024 (a warp each) and a tail of 672 elements, one thread each
+    assert name.endswith("float, true>") and grid == (-(-97 * 32 // 256), 1, 1)
 
 
 # --- rope --------------------------------------------------------------------------------------

@@ -358,6 +358,23 @@ family(
     cpu="_cpu_attention.decode", cuda="attention.decode",
 )
 
+family(
+    "attention_dropout_forward", "out lse q k v causal scale dropout",
+    """``attention_forward`` with the probabilities dropped out before ``P @ V``: ``dropout``
+    (an ``AttentionDropout``, ``_attention_dropout.py``) gives ``p`` and the Philox stream; element
+    ``(bh, i, j)`` is kept by the counter mapping of ``_attention_dropout.keep_mask`` (the same
+    bits on every backend) and scaled by ``1 / (1 - p)``. ``lse`` is that of the undropped
+    probabilities. No mask and no L x S matrix may be kept in memory.""",
+    cpu="_cpu_attention.dropout_forward", cuda="attention.dropout_forward",
+)
+
+family(
+    "attention_dropout_backward", "dq dk dv grad_out q k v out lse causal scale dropout",
+    """Gradients of ``attention_dropout_forward`` with the same ``dropout`` (the mask is drawn
+    again from the same stream, never stored); otherwise as ``attention_backward``.""",
+    cpu="_cpu_attention.dropout_backward", cuda="attention.dropout_backward",
+)
+
 # --- multi-tensor optimizers (front end: _nn_optim.py) ----------------------------------------
 
 family(

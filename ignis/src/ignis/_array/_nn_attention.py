@@ -21,6 +21,14 @@ prefix). A query that sees no key gets a zero output row and a log-sum-exp of ``
 dtypes: float16 and bfloat16 (tensor cores on CUDA, float32 accumulation, ``lse`` in float32),
 float32 and float64 (exact arithmetic in the dtype, ``lse`` in the same dtype).
 
+Dropout: ``dropout=`` (an :class:`AttentionDropout` from :func:`attention_dropout`) drops the
+probabilities inside the fused kernels, PyTorch's way (before ``P @ V``, kept ones scaled by
+``1 / (1 - p)``, ``lse`` of the undropped ones); each element's keep bit is drawn from the
+``ignis.random`` Philox stream by its (batch * head, query, key) position, so the backward pass
+given the same value regenerates the same mask and nothing of size L x S is ever stored (see
+:mod:`ignis._array._attention_dropout` for the mapping, which the CPU backend reproduces bit for
+bit).
+
 Example::
 
     >>> import ignis, ignis.nn
@@ -32,6 +40,9 @@ Example::
     >>> buf = ignis.empty((2, 128, 4, 64))                     # (B, T, H, E)
     >>> out, lse = ignis.nn.attention(q, k, v, out=buf.permute(0, 2, 1, 3))
     >>> y = buf.reshape(2, 128, 256)                            # heads merged, no copy
+    >>> drop = ignis.nn.attention_dropout(0.1, q, k)           # from ignis.random
+    >>> out, lse = ignis.nn.attention(q, k, v, dropout=drop)
+    >>> dq, dk, dv = ignis.nn.attention_backward(out, q, k, v, out, lse, dropout=drop)
 """
 
 from __future__ import annotations
@@ -43,10 +54,18 @@ from typing import Any
 from .. import _dtypes as dt
 from .._errors import DeviceMismatchError, DTypeError, ShapeError
 from . import _creation
+from ._attention_dropout import AttentionDropout, draw
 from ._ops import _overlaps
 from .array import NvArray
 
-__all__ = ["attention", "attention_backward", "decode_attention", "MAX_HEAD_DIM"]
+__all__ = [
+    "attention",
+    "attention_backward",
+    "attention_dropout",
+    "AttentionDropout",
+    "decode_attention",
+    "MAX_HEAD_DIM",
+]
 
 #: The largest head dim the fused kernels take.
 MAX_HEAD_DIM = 128
@@ -173,6 +192,54 @@ def _destination(
     return a
 
 
+def attention_dropout(
+    p: float,
+    q: NvArray,
+    k: NvArray,
+    *,
+    seed: int | None = None,
+    offset: int | None = None,
+    generator: Any = None,
+) -> AttentionDropout | None:
+    """The dropout of one :func:`attention` call of ``q`` (B, H, L, E) and ``k`` (B, H, S, E)
+    with probability ``p`` in ``[0, 1]``, to pass as ``dropout=`` to the forward and the
+    backward pass alike; None when ``p == 0`` (no dropout).
+
+    Its mask comes from the Philox stream ``(seed, offset)`` (``offset`` in 128-bit blocks, as
+    in :mod:`ignis.random`), or, when both are None, from ``generator`` (default: the global
+    ``ignis.random`` stream), which advances by ``B * H * ceil(L / 2) * ceil(S / 2)`` blocks.
+    Inside ``ignis.random.GraphDraws.capturing()`` the stream is the capture's device state, so
+    that each replay of the graph draws a new mask.
+
+    Example: ``drop = ignis.nn.attention_dropout(0.1, q, k, seed=7, offset=0)``.
+    """
+    op = "attention_dropout"
+    for name, a in (("q", q), ("k", k)):
+        if not isinstance(a, NvArray) or a.ndim != 4:
+            got = a.shape if isinstance(a, NvArray) else type(a).__name__
+            raise TypeError(f"{op}: {name} must be a 4-D NvArray (B, H, seq, E), got {got}")
+    shape = (*q.shape[:3], k.shape[2])
+    return draw(op, p, shape, q.device, seed=seed, offset=offset, generator=generator)
+
+
+def _check_dropout(op: str, dropout: Any, q: NvArray) -> AttentionDropout | None:
+    """``dropout`` is None or an AttentionDropout (p == 0 counts as None)."""
+    if dropout is None:
+        return None
+    if not isinstance(dropout, AttentionDropout):
+        raise TypeError(
+            f"{op}: dropout must be an AttentionDropout (ignis.nn.attention_dropout) or None, "
+            f"got {type(dropout).__name__}"
+        )
+    if not 0.0 <= dropout.p <= 1.0:
+        raise ValueError(f"{op}: dropout.p must be in [0, 1], got {dropout.p}")
+    if dropout.state is not None and dropout.state.device != q.device:
+        raise DeviceMismatchError(
+            f"{op}: dropout's state is on {dropout.state.device} but q is on {q.device}"
+        )
+    return dropout if dropout.p > 0.0 else None
+
+
 def attention(
     q: NvArray,
     k: NvArray,
@@ -181,6 +248,7 @@ def attention(
     scale: float | None = None,
     *,
     out: NvArray | None = None,
+    dropout: AttentionDropout | None = None,
 ) -> tuple[NvArray, NvArray]:
     """Fused attention: ``(out, lse)`` with ``out = softmax(q k^T * scale) v`` of shape
     ``(B, H, L, E)`` and ``lse`` (``(B, H, L)``) the natural-log sum of exp of the scaled scores
@@ -188,13 +256,16 @@ def attention(
 
     ``q``, ``k``, ``v`` may be strided views (a contiguous last dim is read in place). ``out``:
     a caller's ``(B, H, L, E)`` view of q's dtype and device with a contiguous last dim (any
-    other strides) to write the result into; it is returned.
+    other strides) to write the result into; it is returned. ``dropout``: an
+    :class:`AttentionDropout` (:func:`attention_dropout`) to drop the probabilities with, drawn
+    inside the kernels; pass the same one to :func:`attention_backward`.
 
     Example: ``out, lse = ignis.nn.attention(q, k, v, causal=True)``.
     """
     op = "attention"
     _check_arrays(op, [("q", q), ("k", k), ("v", v)])
     _check_qkv(op, q, k, v)
+    drop = _check_dropout(op, dropout, q)
     s = _scale(op, scale, q.shape[3])
     causal = bool(causal)
     b, h, n_q, e = q.shape
@@ -208,6 +279,11 @@ def attention(
     if k.shape[2] == 0:  # no keys at all: every query sees nothing
         out.fill_(0.0)
         lse.fill_(float("-inf"))
+        return out, lse
+    if drop is not None:
+        q._backend.kernels.attention_dropout_forward(
+            out, lse, _rows(q), _rows(k), _rows(v), causal, s, drop
+        )
         return out, lse
     q._backend.kernels.attention_forward(out, lse, _rows(q), _rows(k), _rows(v), causal, s)
     return out, lse
@@ -226,6 +302,7 @@ def attention_backward(
     dq: NvArray | None = None,
     dk: NvArray | None = None,
     dv: NvArray | None = None,
+    dropout: AttentionDropout | None = None,
 ) -> tuple[NvArray, NvArray, NvArray]:
     """Gradients ``(dq, dk, dv)`` of :func:`attention` for the output gradient ``grad_out``,
     from the forward's ``out`` and ``lse`` (the probabilities are recomputed, never stored).
@@ -235,7 +312,8 @@ def attention_backward(
     device; contiguous last dim, any other strides) to write the gradients into, e.g. the three
     slots of one packed ``(B, T, 3, H, E)`` gradient; the ones not given are allocated. All
     three are returned. Overlap with an input is refused; the three must not overlap each other
-    either (interleaved views of one buffer, as in that example, are fine).
+    either (interleaved views of one buffer, as in that example, are fine). ``dropout``: the
+    forward's :class:`AttentionDropout` (the same mask is drawn again).
 
     Example: ``dq, dk, dv = ignis.nn.attention_backward(g, q, k, v, out, lse, causal=True)``.
     """
@@ -258,6 +336,7 @@ def attention_backward(
     if lse.device != q.device:
         raise DeviceMismatchError(f"{op}: lse is on {lse.device} but q is on {q.device}")
     s = _scale(op, scale, q.shape[3])
+    drop = _check_dropout(op, dropout, q)
     reads = [("grad_out", grad_out), ("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)]
     grads = []
     for name, given, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
@@ -271,7 +350,7 @@ def attention_backward(
             if g.numel:
                 g.fill_(0.0)
         return dq, dk, dv
-    q._backend.kernels.attention_backward(
+    args = (
         dq,
         dk,
         dv,
@@ -284,6 +363,10 @@ def attention_backward(
         bool(causal),
         s,
     )
+    if drop is not None:
+        q._backend.kernels.attention_dropout_backward(*args, drop)
+    else:
+        q._backend.kernels.attention_backward(*args)
     return dq, dk, dv
 
 

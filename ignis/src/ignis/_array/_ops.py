@@ -42,7 +42,7 @@ class _Scalar:
 
 
 def _is_operand(x: Any) -> bool:
-    return isinstance(x, (NvArray, bool, int, float, np.generic)) or (
+    return isinstance(x, (NvArray, bool, int, float, complex, np.generic)) or (
         isinstance(x, np.ndarray) and x.ndim == 0
     )
 

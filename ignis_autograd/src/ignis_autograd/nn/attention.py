@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import ignis.nn
@@ -24,8 +23,6 @@ import ignis
 from ignis import ShapeError
 
 from ..attention import packed_attention, scaled_dot_product_attention
-from ..functional import dropout as dropout_fn
-from ..functional import where
 from ..tensor import Tensor, needs_grad
 from ._util import as_tensor, check_probability, positive_int
 from .kv_cache import KVCache
@@ -42,7 +39,9 @@ class CausalSelfAttention(Module):
     Args:
         dim: model width; must be divisible by ``n_heads``.
         n_heads: number of heads (``head_dim = dim // n_heads``).
-        dropout: probability for the attention weights and the output (training only).
+        dropout: probability for the attention weights and the output (training only). The
+            attention weights are dropped inside the fused kernels (no L x L matrix; see
+            :func:`ignis_autograd.scaled_dot_product_attention`).
         bias: biases in ``qkv`` and ``proj``.
         rope: rotate queries and keys by position (:class:`RotaryEmbedding`).
 
@@ -90,10 +89,10 @@ class CausalSelfAttention(Module):
             )
         b, n, _ = xt.shape
         h, hd = self.n_heads, self.head_dim
-        if kv_cache is None and self.rope is None and not (self.training and self.dropout > 0.0):
+        if kv_cache is None and self.rope is None:
             # One recorded op from the packed projection to the merged heads (no split copies
             # of the gradient to sum in the backward pass).
-            out = packed_attention(self.qkv(xt), h, causal=True)
+            out = packed_attention(self.qkv(xt), h, causal=True, dropout_p=self._attn_p())
             return self.resid_drop(self.proj(out))
         # (B, T, 3*dim) -> (3, B, H, T, hd): q/k/v blocks of the output, heads inside each.
         qkv = self.qkv(xt).reshape(b, n, 3, h, hd).permute(2, 0, 3, 1, 4)
@@ -108,18 +107,13 @@ class CausalSelfAttention(Module):
         out = out.permute(0, 2, 1, 3).reshape(b, n, self.dim)
         return self.resid_drop(self.proj(out))
 
+    def _attn_p(self) -> float:
+        """The attention weights' dropout probability now: ``dropout`` in training, else 0."""
+        return self.dropout if self.training else 0.0
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        if not (self.training and self.dropout > 0.0):
-            return scaled_dot_product_attention(q, k, v, causal=True)
-        # Dropout on the attention weights needs them explicitly (the fused path has none).
-        n_q, n_k = q.shape[-2], k.shape[-2]
-        dev = q.data.device
-        scores = (q @ k.mT) * (1.0 / math.sqrt(self.head_dim))
-        rows = ignis.arange(n_q, device=dev).reshape(n_q, 1)
-        cols = ignis.arange(n_k, device=dev).reshape(1, n_k)
-        scores = where(cols <= rows + (n_k - n_q), scores, float("-inf"))
-        weights = dropout_fn(scores.softmax(axis=-1), self.dropout, True)
-        return weights @ v
+        # Dropout of the attention weights happens inside the fused kernels.
+        return scaled_dot_product_attention(q, k, v, causal=True, dropout_p=self._attn_p())
 
     def _attend_cached(self, q: Tensor, k: Tensor, v: Tensor, cache: KVCache) -> Tensor:
         if cache.shape[0] != q.shape[0] or cache.shape[1] != self.n_heads:
@@ -133,9 +127,7 @@ class CausalSelfAttention(Module):
             out = fused(q.data, cache.k, cache.v, length)
             return Tensor(out.reshape(q.shape))
         keys, values = Tensor(cache.keys()), Tensor(cache.values())
-        if self.training and self.dropout > 0.0:
-            return self._attend(q, keys, values)
-        return scaled_dot_product_attention(q, keys, values, causal=True)
+        return self._attend(q, keys, values)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, n_heads={self.n_heads}, dropout={self.dropout}"

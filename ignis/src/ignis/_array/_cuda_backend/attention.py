@@ -33,6 +33,13 @@ buffer of the input's dtype with atomics, then the same last launch. The tensor-
 copy the next tiles with ``cp.async`` into a second shared-memory buffer while they compute on
 the first. Decode attention splits the cache over enough blocks to fill the GPU and merges the
 partial softmax states in a second launch.
+
+Dropout (``dropout=`` of :func:`forward` and :func:`backward`, an
+:class:`ignis._array._attention_dropout.AttentionDropout`) runs the ``*_dropout`` twin of each
+attention kernel (:func:`dropout_name`; the same body with the dropout compiled in), which takes
+one more argument after ``Layout``: the packed ``Dropout`` struct (:func:`pack_dropout`). The
+kernels draw each element's keep bit from the Philox stream in registers, forward and backward,
+so no mask is stored; inside a captured graph the struct points at the draw's device state.
 """
 
 from __future__ import annotations
@@ -55,6 +62,10 @@ if TYPE_CHECKING:
 __all__ = [
     "forward",
     "backward",
+    "dropout_name",
+    "dropout_kernel_names",
+    "pack_dropout",
+    "DROPOUT",
     "decode",
     "kernel_names",
     "layout",
@@ -221,6 +232,24 @@ def kernel_names(
     }
 
 
+#: The kernels of :func:`kernel_names` without a dropout twin (no probabilities in them).
+_NO_DROPOUT = ("rowdot", "decode", "combine", "dq_finish")
+
+
+def dropout_kernel_names(
+    dtype: str, e: int, causal: bool, tune: AttentionSettings | None = None
+) -> dict[str, str]:
+    """The dropout twins (:func:`dropout_name`) of the attention kernels of
+    :func:`kernel_names` for one case, keyed alike (the ``*_wgmma`` ones build from
+    ``attention_sm90.cu``); pure, no GPU needed.
+
+    Example: ``dropout_kernel_names("float32", 64, False)["fwd"]`` names
+    ``flash_fwd_simt_tiled_dropout``.
+    """
+    names = kernel_names(dtype, e, causal, None, tune)
+    return {key: dropout_name(n) for key, n in names.items() if key not in _NO_DROPOUT}
+
+
 #: ``ignis::attn::Layout``: the head count, then (batch, head, row) element strides of q, k, v,
 #: out, grad_out, dq, dk and dv.
 LAYOUT = struct.Struct("<25q")
@@ -259,14 +288,49 @@ def layout(
     return LAYOUT.pack(*values)
 
 
+#: ``ignis::attn::Dropout``: the state pointer (0: none), the offset, the key words k0, k1, the
+#: keep threshold, a pad word, the scale 1 / (1 - p) as a double (40 bytes).
+DROPOUT = struct.Struct("<QQIIIId")
+
+
+def dropout_name(name: str) -> str:
+    """The name expression of ``name``'s dropout twin: ``flash_fwd_tc<...>`` ->
+    ``flash_fwd_tc_dropout<...>``."""
+    head, sep, args = name.partition("<")
+    return f"{head}_dropout{sep}{args}"
+
+
+def pack_dropout(backend: Any, drop: Any) -> bytes:
+    """The packed ``Dropout`` argument of an :class:`AttentionDropout` ``drop``: its stream as
+    values, or (graph capture) the address of its device state and its offset from the base."""
+    if drop.state is not None:
+        state, seed, offset = backend.data_ptr(drop.state), 0, drop.offset
+    else:
+        state, seed, offset = 0, drop.seed, drop.offset
+    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    mask = 0xFFFFFFFFFFFFFFFF
+    return DROPOUT.pack(state, offset & mask, k0, k1, drop.threshold, 0, drop.scale)
+
+
 def _check_heads(bh: int) -> None:
     """The kernels split the flat head index with 32-bit arithmetic."""
     if bh >= 2**31:
         raise ValueError(f"attention: {bh} (batch, head) pairs; the kernels take fewer than 2**31")
 
 
-def _launch(backend: Any, name: str, grid: Any, block: int, args: list[Any], smem: int = 0) -> None:
-    if "_wgmma<" in name:  # wgmma needs the architecture-specific build
+def _launch(
+    backend: Any,
+    name: str,
+    grid: Any,
+    block: int,
+    args: list[Any],
+    smem: int = 0,
+    drop: bytes | None = None,
+) -> None:
+    """Launch ``name``; with ``drop`` (a packed ``Dropout``) its dropout twin, ``drop`` last."""
+    if drop is not None:
+        name, args = dropout_name(name), [*args, drop]
+    if "_wgmma" in name.partition("<")[0]:  # wgmma needs the architecture-specific build
         kernel = library_kernel(SOURCE_SM90, name, backend.gpu, arch="sm_90a")
     else:
         kernel = library_kernel(SOURCE, name, backend.gpu)
@@ -407,7 +471,7 @@ def tiled_smem(dtype: str, e: int, kind: str, tune: AttentionSettings | None = N
     return n * size
 
 
-def forward(
+def _forward(
     backend: Any,
     out: NvArray,
     lse: NvArray,
@@ -416,7 +480,9 @@ def forward(
     v: NvArray,
     causal: bool,
     scale: float,
+    dropout: Any = None,
 ) -> None:
+    """Both forward families (``dropout``: None for ``attention_forward``)."""
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
@@ -425,6 +491,7 @@ def forward(
     names = _names(q.dtype.name, e, causal, tune)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out)
+    drop = None if dropout is None else pack_dropout(backend, dropout)
     wgmma = uses_wgmma_forward(q.dtype.name, e, backend.gpu, tune) and _tma_ready(e, q, k, v)
     if wgmma:
         tiles = wgmma_fwd_tiles(d, causal, n_q, tune)
@@ -435,7 +502,7 @@ def forward(
             args = [*maps, ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, bh0, lay]
             grid = (_ceil(n_q, 64 * groups), count)
             name = wgmma_fwd_name(q.dtype.name, d, causal, tiles)
-            _launch(backend, name, grid, 128 * groups, args, wgmma_fwd_smem(d, tiles))
+            _launch(backend, name, grid, 128 * groups, args, wgmma_fwd_smem(d, tiles), drop)
         elif q.dtype.name in _TC:
             bm = 4 * tune.fwd_rows_per_warp  # 4 warps
             # K and V tiles, two buffers each; the 32-row kernel also stages the Q tile
@@ -454,21 +521,24 @@ def forward(
                 bh0,
                 lay,
             ]
-            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TC_THREADS, args, smem)
+            grid = (_ceil(n_q, bm), count)
+            _launch(backend, names["fwd"], grid, _TC_THREADS, args, smem, drop)
         elif tune.simt_tiled:
             bm = tune.simt_tiles[(q.dtype.name, tiled_head_dim(e))]["fwd"][0]
             smem = tiled_smem(q.dtype.name, e, "fwd", tune)
             vec = _vec_simt(e, q.dtype.itemsize, q, k, v)
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale * LOG2E, vec]
             args += [bh0, lay]
-            _launch(backend, names["fwd"], (_ceil(n_q, bm), count), _TILED_THREADS, args, smem)
+            grid = (_ceil(n_q, bm), count)
+            _launch(backend, names["fwd"], grid, _TILED_THREADS, args, smem, drop)
         else:
             smem = _SIMT_B * (3 * d + 1) * q.dtype.itemsize
             args = [ptr(q), ptr(k), ptr(v), ptr(out), ptr(lse), n_q, n_k, e, scale, bh0, lay]
-            _launch(backend, names["fwd"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+            grid = (_ceil(n_q, _SIMT_B), count)
+            _launch(backend, names["fwd"], grid, _SIMT_THREADS, args, smem, drop)
 
 
-def backward(
+def _backward(
     backend: Any,
     dq: NvArray,
     dk: NvArray,
@@ -481,7 +551,10 @@ def backward(
     lse: NvArray,
     causal: bool,
     scale: float,
+    dropout: Any = None,
 ) -> None:
+    """Both backward families (``dropout``: None for ``attention_backward``; else the same
+    mask regenerated from the same stream)."""
     b, h, n_q, e = q.shape
     n_k = k.shape[2]
     bh, d = b * h, padded_head_dim(e)
@@ -492,6 +565,7 @@ def backward(
     names = _names(q.dtype.name, e, causal, tune)
     ptr = backend.data_ptr
     lay = layout(h, q, k, v, out, grad_out, dq, dk, dv)
+    drop = None if dropout is None else pack_dropout(backend, dropout)
     rows = bh * n_q
     dvec = _temp(backend, (rows,), lse.dtype)
     _launch(
@@ -503,12 +577,12 @@ def backward(
     )
     if tc and tune.bwd_fused_dq:
         _backward_fused(
-            backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, tiles, scale, lay, tune
+            backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, tiles, scale, lay, tune, drop
         )
         return
     if not tc and tune.simt_tiled:
         run = _backward_tiled_fused if tune.simt_fused_dq else _backward_tiled
-        run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay, tune)
+        run(backend, dq, dk, dv, grad_out, q, k, v, dvec, lse, names, scale, lay, tune, drop)
         return
     inputs = _input_ptrs(backend, q, k, v, grad_out, lse, dvec)
     for bh0, count in _bh_chunks(bh):
@@ -518,17 +592,20 @@ def backward(
             smem = dkdv_smem(tiles, d, fused=False)
             args = [*inputs, ptr(dk), ptr(dv), *sizes]
             grid = (_ceil(n_k, tiles.keys), count)
-            _launch(backend, names["dkdv"], grid, tiles.threads, args, smem)
+            _launch(backend, names["dkdv"], grid, tiles.threads, args, smem, drop)
             smem = 4 * _DQ_BN * (d + 8) * 2  # K and V tiles, two buffers each
             args = [*inputs, ptr(dq), *sizes]
-            _launch(backend, names["dq"], (_ceil(n_q, _DQ_BM), count), _TC_THREADS, args, smem)
+            grid = (_ceil(n_q, _DQ_BM), count)
+            _launch(backend, names["dq"], grid, _TC_THREADS, args, smem, drop)
         else:
             sizes = [n_q, n_k, e, scale, bh0, lay]
             smem = _SIMT_B * (4 * d + 2) * q.dtype.itemsize
             args = [*inputs, ptr(dk), ptr(dv), *sizes]
-            _launch(backend, names["dkdv"], (_ceil(n_k, _SIMT_B), count), _SIMT_THREADS, args, smem)
+            grid = (_ceil(n_k, _SIMT_B), count)
+            _launch(backend, names["dkdv"], grid, _SIMT_THREADS, args, smem, drop)
             args = [*inputs, ptr(dq), *sizes]
-            _launch(backend, names["dq"], (_ceil(n_q, _SIMT_B), count), _SIMT_THREADS, args, smem)
+            grid = (_ceil(n_q, _SIMT_B), count)
+            _launch(backend, names["dq"], grid, _SIMT_THREADS, args, smem, drop)
 
 
 def _input_ptrs(
@@ -582,6 +659,7 @@ def _backward_fused(
     scale: float,
     lay: bytes,
     tune: AttentionSettings,
+    drop: bytes | None = None,
 ) -> None:
     """dK, dV and float32 dQ sums in one pass over key blocks of ``tiles``, then dQ scaled and
     rounded."""
@@ -608,7 +686,7 @@ def _backward_fused(
         smem = dkdv_smem(tiles, d, fused=True)
     for bh0, count in _bh_chunks(bh):
         args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
-        _launch(backend, name, (_ceil(n_k, keys), count), threads, args, smem)
+        _launch(backend, name, (_ceil(n_k, keys), count), threads, args, smem, drop)
     _finish_dq(backend, names, dq_acc, dq, bh * n_q, n_q, e, scale, lay)
 
 
@@ -627,6 +705,7 @@ def _backward_tiled(
     scale: float,
     lay: bytes,
     tune: AttentionSettings,
+    drop: bytes | None = None,
 ) -> None:
     """float32 / float64: dK and dV per key block, then dQ per query block (register-tiled)."""
     b, h, n_q, e = q.shape
@@ -641,10 +720,10 @@ def _backward_tiled(
     for bh0, count in _bh_chunks(b * h):
         grid = (_ceil(n_k, tiles["dkdv"][0]), count)
         args = [*common, ptr(dk), ptr(dv), *sizes, bh0, lay]
-        _launch(backend, names["dkdv"], grid, _TILED_THREADS, args, smem_kv)
+        _launch(backend, names["dkdv"], grid, _TILED_THREADS, args, smem_kv, drop)
         grid = (_ceil(n_q, tiles["dq"][0]), count)
         args = [*common, ptr(dq), *sizes, bh0, lay]
-        _launch(backend, names["dq"], grid, _TILED_THREADS, args, smem_q)
+        _launch(backend, names["dq"], grid, _TILED_THREADS, args, smem_q, drop)
 
 
 def _backward_tiled_fused(
@@ -662,6 +741,7 @@ def _backward_tiled_fused(
     scale: float,
     lay: bytes,
     tune: AttentionSettings,
+    drop: bytes | None = None,
 ) -> None:
     """float32 / float64: dK, dV and dQ sums (in the dtype, by atomics) in one pass over key
     blocks (register-tiled), then dQ scaled into place."""
@@ -679,8 +759,43 @@ def _backward_tiled_fused(
     sizes = [n_q, n_k, e, scale, scale * LOG2E, vec]
     for bh0, count in _bh_chunks(b * h):
         args = [*inputs, ptr(dk), ptr(dv), ptr(dq_acc), *sizes, bh0, lay]
-        _launch(backend, names["bwd_fused"], (_ceil(n_k, bm), count), _TILED_THREADS, args, smem)
+        grid = (_ceil(n_k, bm), count)
+        _launch(backend, names["bwd_fused"], grid, _TILED_THREADS, args, smem, drop)
     _finish_dq(backend, names, dq_acc, dq, rows, n_q, e, scale, lay)
+
+
+def dropout_forward(
+    backend: Any,
+    out: NvArray,
+    lse: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    causal: bool,
+    scale: float,
+    dropout: Any,
+) -> None:
+    """The ``attention_dropout_forward`` family: :func:`forward` with the dropout kernels."""
+    _forward(backend, out, lse, q, k, v, causal, scale, dropout)
+
+
+def dropout_backward(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    out: NvArray,
+    lse: NvArray,
+    causal: bool,
+    scale: float,
+    dropout: Any,
+) -> None:
+    """The ``attention_dropout_backward`` family: :func:`backward` with the dropout kernels."""
+    _backward(backend, dq, dk, dv, grad_out, q, k, v, out, lse, causal, scale, dropout)
 
 
 def decode_splits(bh: int, cache_len: int, sm_count: int) -> tuple[int, int]:
@@ -744,3 +859,35 @@ def decode(
 
 # The module globals these settings replaced keep reading and setting them (deprecated).
 _tuning.keep_module_names(sys.modules[__name__], "attention")
+
+
+def forward(
+    backend: Any,
+    out: NvArray,
+    lse: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    causal: bool,
+    scale: float,
+) -> None:
+    """The ``attention_forward`` family."""
+    _forward(backend, out, lse, q, k, v, causal, scale)
+
+
+def backward(
+    backend: Any,
+    dq: NvArray,
+    dk: NvArray,
+    dv: NvArray,
+    grad_out: NvArray,
+    q: NvArray,
+    k: NvArray,
+    v: NvArray,
+    out: NvArray,
+    lse: NvArray,
+    causal: bool,
+    scale: float,
+) -> None:
+    """The ``attention_backward`` family."""
+    _backward(backend, dq, dk, dv, grad_out, q, k, v, out, lse, causal, scale)

@@ -10,7 +10,10 @@ a warp idle). ``take`` moves up to 16 bytes per access when the row length and t
 allow, and a thread keeps up to ``take_rows_in_flight`` rows' loads in flight when there are
 enough rows to fill the GPU (the ``indexing`` settings of ``ignis.tuning``,
 :class:`ignis._tuning.IndexingSettings`, read once per call). Dropout moves 16-byte vectors
-(data and mask) when every operand is 16-byte aligned, else takes the kernels' scalar path.
+of data (and 2 to 8 mask bytes with each) when every operand is 16-byte aligned, a warp at a time
+over tiles of 32 x 4 vectors so that each instruction of a warp covers one contiguous span (see
+``cuda_src/dropout.cu``); otherwise, and for the elements after the last whole tile, it takes
+the kernels' scalar path.
 ``put`` moves rows as raw bytes, so one kernel instance serves every dtype of an item size.
 ``nonzero_flat`` and ``repeat_index`` are scans in three launches: per-block totals, one block
 turning them into offsets, then each block writing its chunk (``repeat_index`` then finds each
@@ -45,6 +48,13 @@ SCAN_CHUNK = 4096  # elements a scan block walks at least (more when the grid ca
 
 _grid_caps = PlanCache(
     "cuda.indexing.grid_caps", 64, "(device, indexing settings) -> grid cap and multiprocessors"
+)
+# A repeated take (an embedding lookup each step) goes from its plan straight to the kernel's
+# prepared launch (Kernel._prepared): the choice of vector width, block and grid is made once.
+_take_plans = PlanCache(
+    "cuda.indexing.take_plans",
+    256,
+    "(shapes, dtypes, operand alignment, device, indexing settings) -> take's prepared launch",
 )
 
 
@@ -92,9 +102,24 @@ def dropout_name(
     return f"ignis::nn::{kind}<{CTYPE[dtype]}, {_work(dtype)}, {'true' if vec else 'false'}>"
 
 
-def dropout_step(dtype: dt.DType) -> int:
-    """Elements a dropout thread moves per vector step (dropout.cu's ``Step<T>::elems``)."""
-    return 32 if dtype.itemsize == 2 else 16
+DROPOUT_UNITS_PER_LANE = 4  # dropout.cu's units_per_lane
+
+
+def dropout_tile(dtype: dt.DType) -> int:
+    """Elements of one warp's tile of the dropout kernels' vector path (dropout.cu's
+    ``Tile<T>::elems``): 32 lanes x ``DROPOUT_UNITS_PER_LANE`` 16-byte vectors (512 float32,
+    1024 bfloat16)."""
+    return 32 * DROPOUT_UNITS_PER_LANE * (16 // dtype.itemsize)
+
+
+def _dropout_threads(n: int, dtype: dt.DType, vec: bool, tail_items: int) -> int:
+    """Threads of a dropout launch: one warp per whole tile with ``vec``, and at least one per
+    work item of the scalar path (``tail_items(elements)``: Philox blocks forward, elements
+    backward), which takes the elements after the last whole tile (all of them without vec)."""
+    if not vec:
+        return tail_items(n)
+    tile = dropout_tile(dtype)
+    return max(n // tile * 32, tail_items(n % tile))
 
 
 def rope_name(dtype: dt.DType, pos: dt.DType | None, interleaved: bool) -> str:
@@ -211,24 +236,30 @@ def _widest_vector(itemsize: int, inner: int, ptrs: tuple[int, ...]) -> int:
 
 
 def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
+    pa, pi, po = _ptr(a), _ptr(indices), _ptr(out)
+    tune = _tuning.current.indexing
+    gpu = backend.gpu
+    # (the vector width depends on the addresses only through their 16-byte alignment)
+    key = (a.shape, indices.shape[0], a.dtype, indices.dtype, pa & 15, po & 15, gpu.ordinal, tune)
+    plan = _take_plans.get(key)
+    if plan is not None:
+        _take_plans.hits += 1
+        launch, rows, m, n, inner_vecs = plan
+        launch(backend.stream, pa, pi, po, rows, m, n, inner_vecs)
+        return
     outer, n, inner = a.shape
     m = indices.shape[0]
-    pa, pi, po = _ptr(a), _ptr(indices), _ptr(out)
     vec = _widest_vector(a.dtype.itemsize, inner, (pa, po))
     bx, by = _row_block(inner // vec)
     rows = outer * m
-    tune = _tuning.current.indexing
     u = _rows_in_flight(backend, rows, by, tune)
     name = take_name(a.dtype, indices.dtype, vec, u)
-    _launch(
-        backend,
-        "indexing.cu",
-        name,
-        -(-rows // (by * u)),
-        (bx, by),
-        [pa, pi, po, rows, m, n, inner // vec],
-        tune,
-    )
+    grid = max(1, min(-(-rows // (by * u)), _caps(backend, tune)[0]))
+    kernel = library_kernel("indexing.cu", name, gpu)
+    kernel.launch(grid, (bx, by), [pa, pi, po, rows, m, n, inner // vec], stream=backend.stream)
+    launch = kernel._prepared(gpu, grid, (bx, by))
+    if launch is not None:  # (the launch above validated the configuration and the arguments)
+        _take_plans.remember(key, (launch, rows, m, n, inner // vec))
 
 
 def index_add(
@@ -328,14 +359,19 @@ def repeat_index(backend: Any, out: NvArray, repeats: NvArray) -> None:
 
 
 def _dropout_launch(
-    backend: Any, y: NvArray, mask: NvArray, x: NvArray, stream_args: list[Any],
-    threshold: int, scale: float, from_state: bool,
+    backend: Any,
+    y: NvArray,
+    mask: NvArray,
+    x: NvArray,
+    stream_args: list[Any],
+    threshold: int,
+    scale: float,
+    from_state: bool,
 ) -> None:
     n = x.numel
     px, py, pm = _ptr(x), _ptr(y), _ptr(mask)
     vec = _aligned16(px, py, pm)
-    # threads: one per vector step (the few tail blocks need no more), or one per Philox block
-    threads = n // dropout_step(x.dtype) if vec else -(-n // 4)
+    threads = _dropout_threads(n, x.dtype, vec, lambda items: -(-items // 4))
     _launch(
         backend,
         "dropout.cu",
@@ -382,7 +418,7 @@ def dropout_backward(
     n = grad.numel
     pg, pm, po = _ptr(grad), _ptr(mask), _ptr(out)
     vec = _aligned16(pg, pm, po)
-    threads = n // dropout_step(grad.dtype) if vec else n
+    threads = _dropout_threads(n, grad.dtype, vec, lambda items: items)
     _launch(
         backend,
         "dropout.cu",
