@@ -162,6 +162,26 @@ def test_values_match_numpy_for_every_dtype(rng) -> None:
 
 
 @GPU
+@pytest.mark.parametrize("n", [1, 255, 256, 1023, 1024, 1025, 4097, 1_000_003])
+def test_contiguous_kernels_cover_every_element_of_the_unrolled_tiles(rng, n) -> None:
+    # contiguous operands run 4 elements a thread: every tile edge, the index i, a complex
+    # scalar, and an output that is also the input (k(x, x) in place)
+    _needs_gpu()
+    k = ElementwiseKernel("T x, float64 s", "T y", "y = x * (T)s + (T)i", "scaled_plus_index")
+    a = rng.standard_normal(n)
+    x = ignis.asarray(a, dtype="float64", device="cuda:0")
+    np.testing.assert_allclose(k(x, 1.5).to_host(), a * 1.5 + np.arange(n), rtol=1e-12)
+    k(x, -2.0, x)
+    np.testing.assert_allclose(x.to_host(), a * -2.0 + np.arange(n), rtol=1e-12)
+    kc = ElementwiseKernel("T z, T w", "T y", "y = z * w", "complex_scale")
+    zc = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+    z = ignis.asarray(zc, dtype="complex64", device="cuda:0")
+    np.testing.assert_allclose(
+        kc(z, 1 - 2j).to_host(), (zc.astype(np.complex64) * (1 - 2j)), rtol=1e-5, atol=1e-6
+    )
+
+
+@GPU
 def test_broadcasting_strides_scalars_and_given_outputs(rng) -> None:
     _needs_gpu()
     k = ElementwiseKernel("T x, T y, float64 s", "T z", "z = x * s - y", "axpy_like")

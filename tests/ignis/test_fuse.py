@@ -203,7 +203,8 @@ def test_one_launch_with_the_pointers_the_scalar_and_the_count(fake) -> None:
     launches = fake.launches[before:]
     assert len(launches) == 1
     name, grid, block, _, args = launches[0]
-    assert name == "fused_axpy" and block == (256, 1, 1) and grid == (math.ceil(n / 256), 1, 1)
+    # (contiguous operands: 256 threads a block, 4 elements a thread)
+    assert name == "fused_axpy" and block == (256, 1, 1) and grid == (math.ceil(n / 1024), 1, 1)
     # (a, x, y, out, n): the scalar as a double, the pointers, the element count
     assert struct.unpack("<d", args[0])[0] == 2.5
     assert [_i64(a) for a in args[1:4]] == [
