@@ -147,3 +147,56 @@ def test_causal_self_attention_training_gradient_is_the_masked_one(device):
     got = np.asarray(y.data)
     kept = got != 0
     np.testing.assert_allclose(got[kept], (pre / 0.7)[kept], rtol=1e-10)
+
+
+def _bits(a) -> np.ndarray:
+    return np.ascontiguousarray(a.to_host()).view(np.uint32)
+
+
+@pytest.mark.gpu
+def test_captured_steps_with_attention_dropout_equal_eager_steps_bit_for_bit():
+    # A CausalSelfAttention layer with dropout (inside the fused kernels, and on its output):
+    # one eager warm-up step and 8 captured steps against the same 9 steps run eagerly from the
+    # same generator state. float32: its two-pass backward is deterministic, so losses and
+    # weights agree bit for bit; the generator ends where the eager steps left it, so each
+    # replay drew new masks.
+    from ignis_autograd.nn import CausalSelfAttention
+    from ignis_autograd.optim import AdamW
+
+    from ignis_autograd import capture_step
+
+    device = "cuda:0"
+    rng = np.random.default_rng(2)
+    batches = [
+        ignis.asarray(rng.standard_normal((2, 40, 32)).astype(np.float32), device=device)
+        for _ in range(9)
+    ]
+
+    def make():
+        ignis.random.set_state((7, 0))  # the same initial weights
+        model = CausalSelfAttention(32, 4, dropout=0.3, device=device)
+        opt = AdamW(list(model.parameters()), lr=1e-2)
+
+        def step(x):
+            opt.zero_grad()
+            loss = (model(ag.Tensor(x)) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        return model, step
+
+    eager_model, eager = make()
+    ignis.random.set_state((99, 3))
+    eager_losses = [_bits(eager(x)).copy() for x in batches]
+    eager_state = ignis.random.get_state()
+
+    graph_model, train_step = make()
+    ignis.random.set_state((99, 3))
+    step = capture_step(train_step, batches[0], warmup=1)
+    np.testing.assert_array_equal(_bits(step.warmup_outputs[0]), eager_losses[0])
+    graph_losses = [_bits(step(x)).copy() for x in batches[1:]]
+    assert ignis.random.get_state() == eager_state
+    np.testing.assert_array_equal(np.stack(graph_losses), np.stack(eager_losses[1:]))
+    for pe, pg in zip(eager_model.parameters(), graph_model.parameters(), strict=True):
+        np.testing.assert_array_equal(_bits(pg.data), _bits(pe.data))

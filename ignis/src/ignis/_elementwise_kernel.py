@@ -44,14 +44,13 @@ from ._user_kernel import (
     argument_values,
     bind_types,
     broadcast_inputs,
-    check_name,
-    check_unique,
+    check_code,
     complete_arguments,
+    declare,
     default_cuda_device,
     host_scalar,
     import_arrays,
     merge_dims,
-    parse_params,
 )
 
 __all__ = ["ElementwiseKernel"]
@@ -100,17 +99,11 @@ class ElementwiseKernel:
         options: Any = None,
         reduce_dims: bool = True,
     ):
-        check_name("ElementwiseKernel", name)
-        self.name = name
-        label = self._label = f"ElementwiseKernel {name!r}"
-        self.in_params = parse_params(in_params, label, "in_params", False, _RESERVED)
-        self.out_params = parse_params(out_params, label, "out_params", True, _RESERVED)
-        if not self.out_params:
-            raise ValueError(f"{label}: out_params declares no output")
-        check_unique(label, self.in_params + self.out_params)
-        if not isinstance(operation, str) or not operation.strip():
-            raise ValueError(f"ElementwiseKernel {name!r}: operation must be a non-empty string")
-        self.operation = operation
+        label, self.in_params, self.out_params = declare(
+            "ElementwiseKernel", name, in_params, out_params, _RESERVED
+        )
+        self.name, self._label = name, label
+        self.operation = check_code(label, "operation", operation)
         self.preamble = preamble
         self.options = options
         self.reduce_dims = bool(reduce_dims)

@@ -45,13 +45,12 @@ from ._user_kernel import (
     argument_values,
     bind_types,
     broadcast_inputs,
-    check_name,
-    check_unique,
+    check_code,
     complete_arguments,
+    declare,
     host_scalar,
     import_arrays,
     merge_dims,
-    parse_params,
     type_of,
 )
 
@@ -116,23 +115,16 @@ class ReductionKernel:
         preamble: str = "",
         options: Any = None,
     ):
-        check_name("ReductionKernel", name)
-        self.name = name
-        label = self._label = f"ReductionKernel {name!r}"
-        self.in_params = parse_params(in_params, label, "in_params", False, _RESERVED)
-        self.out_params = parse_params(out_params, label, "out_params", True, _RESERVED)
-        if not self.in_params:
-            raise ValueError(f"{label}: in_params declares no input")
-        if not self.out_params:
-            raise ValueError(f"{label}: out_params declares no output")
-        check_unique(label, self.in_params + self.out_params)
+        label, self.in_params, self.out_params = declare(
+            "ReductionKernel", name, in_params, out_params, _RESERVED, needs_input=True
+        )
+        self.name, self._label = name, label
         for what, expr in (
             ("map_expr", map_expr),
             ("reduce_expr", reduce_expr),
             ("post_map_expr", post_map_expr),
         ):
-            if not isinstance(expr, str) or not expr.strip():
-                raise ValueError(f"{label}: {what} must be a non-empty string, got {expr!r}")
+            check_code(label, what, expr)
         if identity is not None and (not isinstance(identity, str) or not identity.strip()):
             raise ValueError(
                 f"{label}: identity must be a C++ expression string (e.g. '0') or None, got "

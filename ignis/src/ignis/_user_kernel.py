@@ -27,6 +27,8 @@ from ._errors import DeviceMismatchError, DTypeError, IgnisError, ShapeError
 
 __all__ = [
     "Param",
+    "declare",
+    "check_code",
     "parse_params",
     "check_name",
     "is_scalar",
@@ -103,6 +105,36 @@ def check_unique(label: str, params: list[Param]) -> None:
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ValueError(f"{label}: parameter {sorted(dup)[0]!r} is declared twice")
+
+
+def declare(
+    kind: str,
+    name: Any,
+    in_params: Any,
+    out_params: Any,
+    reserved: frozenset[str],
+    needs_input: bool = False,
+) -> tuple[str, list[Param], list[Param]]:
+    """The checks every user kernel's constructor makes: ``name`` a C identifier, both parameter
+    strings parsed, at least one output (and one input where ``needs_input``), no name twice.
+    Returns the label errors start with (``"ElementwiseKernel 'k'"``) and the parameters."""
+    check_name(kind, name)
+    label = f"{kind} {name!r}"
+    ins = parse_params(in_params, label, "in_params", False, reserved)
+    outs = parse_params(out_params, label, "out_params", True, reserved)
+    if needs_input and not ins:
+        raise ValueError(f"{label}: in_params declares no input")
+    if not outs:
+        raise ValueError(f"{label}: out_params declares no output")
+    check_unique(label, ins + outs)
+    return label, ins, outs
+
+
+def check_code(label: str, what: str, code: Any) -> str:
+    """``code`` (a piece of C++ a user kernel is built from) as a non-empty string."""
+    if not isinstance(code, str) or not code.strip():
+        raise ValueError(f"{label}: {what} must be a non-empty string, got {code!r}")
+    return code
 
 
 def scalar_dtype(v: Any) -> dt.DType:
