@@ -6,6 +6,8 @@ bfloat16 (float32 accumulation). Each engine multiplies the same data; every tim
 of CUDA-event-timed repeats after a warm-up (which also compiles the own kernels). Reports
 TFLOP/s (2 n^3 flops per product), the ratio to torch, the own kernels' fraction of ignis with
 cuBLAS, and the largest difference from torch's result relative to the result's largest element.
+On a GPU of compute capability 9.0 the bfloat16 mode also times the own Hopper kernel
+(``gemm_wgmma``, the ``matmul.wgmma`` setting) with both of its tiles, beside the mma.sync one.
 
 Run on a GPU machine: ``python benchmarks/matmul.py [--sizes 4096,8192] [--seconds 0.6]``.
 Prints a Markdown table.
@@ -54,7 +56,8 @@ def time_ms(run: Callable[[], Any], record: Callable[[], Any], elapsed: Callable
 
 
 def bench_ignis(a: ignis.NvArray, b: ignis.NvArray, out: ignis.NvArray, cublas: bool, tf32: bool,
-                budget_s: float) -> tuple[float, np.ndarray]:
+                budget_s: float, wgmma_tile_n: int | None = None) -> tuple[float, np.ndarray]:
+    """``wgmma_tile_n``: run the own kernels on gemm_wgmma with that tile width."""
     mm.set_cublas_enabled(cublas)
     mm.set_allow_tf32(tf32)
     stream = ignis.current_stream()
@@ -62,8 +65,10 @@ def bench_ignis(a: ignis.NvArray, b: ignis.NvArray, out: ignis.NvArray, cublas: 
     def record() -> ignis.Event:
         return ignis.Event().record(stream)
 
-    ms = time_ms(lambda: ignis.matmul(a, b, out=out), record, lambda s, e: s.elapsed_time(e),
-                 stream.synchronize, budget_s)
+    wgmma = dict(wgmma=wgmma_tile_n is not None, wgmma_tile_n=wgmma_tile_n or 128)
+    with ignis.tuning(matmul=wgmma):
+        ms = time_ms(lambda: ignis.matmul(a, b, out=out), record, lambda s, e: s.elapsed_time(e),
+                     stream.synchronize, budget_s)
     return ms, out.to_host().astype(np.float32)
 
 
@@ -123,6 +128,10 @@ def main() -> None:
                 else:
                     results["ignis + cuBLAS"] = "n/a (cuBLAS not installed)"
                 results["ignis own kernels"] = bench_ignis(a, b, out, False, tf32, args.seconds)
+                if dtype == "bfloat16" and dev.compute_capability == (9, 0):
+                    for tile_n in (128, 256):
+                        results[f"ignis own wgmma 128x{tile_n}"] = bench_ignis(
+                            a, b, out, False, tf32, args.seconds, tile_n)
                 results["torch.matmul"] = bench_torch(hx, hy, dtype, tf32, args.seconds)
                 del a, b, out
                 rows.append((n, label, flops, results))
@@ -147,7 +156,7 @@ def main() -> None:
                 vs_torch = f"{torch_res[0] / ms:.2f}x"
                 scale = float(np.abs(torch_res[1]).max()) or 1.0
                 diff = f"{float(np.abs(value - torch_res[1]).max()) / scale:.1e}"
-            if engine == "ignis own kernels" and not isinstance(blas_res, str):
+            if engine.startswith("ignis own") and not isinstance(blas_res, str):
                 own = f"{blas_res[0] / ms:.2f}"
             print(f"| {n} | {label} | {engine} | {ms:.3f} | {tflops:.1f} | {vs_torch} | {own} "
                   f"| {diff} |")

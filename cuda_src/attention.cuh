@@ -142,39 +142,60 @@ template <bool DROP> IGNIS_DEV DropRng drop_rng_if(const Dropout& d, int64 bh, i
   }
 }
 
+// The two squares a lane needs for one column pair: rows (or keys) a[0] and a[1] = a[0] + 8 of
+// the mma accumulator layout (a[0] = an even base + lane / 4) lie in two 2 x 2 squares, and the
+// lane's partner (lane ^ 4) holds the other row of both. So each lane draws one of the two
+// squares, the one of a[a[0] & 1], and takes the other's keep bits from its partner: one Philox
+// block per lane and column pair instead of two. Every lane of the warp must call this.
+IGNIS_DEV void drop_pair_bits(uint32 (&sq)[2], const DropRng& r, const int (&a)[2], int i_of,
+                              int j_of, bool rows) {
+  const int odd = a[0] & 1;
+  const int mine_i = rows ? a[odd] : i_of, mine_j = rows ? j_of : a[odd];
+  const uint32 mine = drop_bits(r, mine_i, mine_j);
+  const uint32 theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+  sq[odd] = mine;
+  sq[odd ^ 1] = theirs;
+}
+
 // Zero the dropped probabilities of a 16-row score accumulator in the forward layout: rows
-// row[0], row[1] (= row[0] + 8), columns n0 + 8 nt + 2 t + c (n0 even). Two Philox blocks per
-// n-tile. (The kept ones are scaled once, at the end, with the output.)
+// row[0], row[1] (= row[0] + 8), columns n0 + 8 nt + 2 t + c (n0 even). One Philox block per
+// n-tile and lane. (The kept ones are scaled once, at the end, with the output.)
 template <int NT>
 IGNIS_DEV void drop_rows(float (&s)[NT][4], const DropRng& r, const int (&row)[2], int n0) {
   const int t = threadIdx.x & 3;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
+    const int j = n0 + nt * 8 + 2 * t;
+    uint32 sq[2];
+    drop_pair_bits(sq, r, row, 0, j, true);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int i = row[h], j = n0 + nt * 8 + 2 * t;
-      const uint32 bits = drop_bits(r, i, j) >> (2 * (i & 1));
+      const uint32 bits = sq[h] >> (2 * (row[h] & 1));
       if (!(bits & 1u)) s[nt][2 * h] = 0.f;
       if (!(bits & 2u)) s[nt][2 * h + 1] = 0.f;
     }
+  }
 }
 
 // The dropout factors (scale where kept, 0 where dropped) of a score accumulator in the
-// backward's transposed layout: keys key[0], key[1] (rows), queries m0 + 8 nt + 2 t + (c & 1)
-// (m0 even). Two Philox blocks per n-tile.
+// backward's transposed layout: keys key[0], key[1] (= key[0] + 8, rows), queries
+// m0 + 8 nt + 2 t + (c & 1) (m0 even). One Philox block per n-tile and lane.
 template <int NT>
 IGNIS_DEV void drop_cols(float (&z)[NT][4], const DropRng& r, const int (&key)[2], int m0,
                          float scale) {
   const int t = threadIdx.x & 3;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
+    const int i = m0 + nt * 8 + 2 * t;
+    uint32 sq[2];
+    drop_pair_bits(sq, r, key, i, 0, false);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int i = m0 + nt * 8 + 2 * t, j = key[h];
-      const uint32 bits = drop_bits(r, i, j) >> (j & 1);
+      const uint32 bits = sq[h] >> (key[h] & 1);
       z[nt][2 * h] = (bits & 1u) ? scale : 0.f;
       z[nt][2 * h + 1] = (bits & 4u) ? scale : 0.f;
     }
+  }
 }
 
 // Query i sees key j (both in range of their sequences).

@@ -8,7 +8,9 @@
 //                      (floating types) or 0 (integers, bool). A block is (bx, by) threads: by
 //                      rows at a time, U times over (U rows per thread in flight), bx threads
 //                      along a row moving VEC elements per access (inner % VEC == 0 and
-//                      VEC-element-aligned rows for VEC > 1).
+//                      VEC-element-aligned rows for VEC > 1). The host picks U (rows_in_flight,
+//                      halved) so that the grid still runs several waves of blocks: the loads
+//                      in flight per multiprocessor, not the rows per block, set the bandwidth.
 //   index_add_atomic   dst row (o, k) += alpha * src row r, with atomics (repeated indices add up;
 //                      the order of the additions, and so float rounding, varies run to run).
 //   index_add_ordered  the same sum, deterministic: one thread per (o, column) walks j = 0 .. m-1
@@ -48,21 +50,29 @@ template <class I> IGNIS_DEV int64 wrap_index(I raw, int64 n) {
   return (k >= 0 && k < n) ? k : -1;
 }
 
+// Blocks of take_rows have at most this many threads (the host's THREADS).
+constexpr int take_threads = 256;
+
 template <class T, class I, int VEC, int U>
-__global__ void take_rows(const T* __restrict__ a, const I* __restrict__ idx, T* __restrict__ out,
-                          int64 rows, int64 m, int64 n, int64 inner_vecs) {
+__global__ void __launch_bounds__(take_threads)
+take_rows(const T* __restrict__ a, const I* __restrict__ idx, T* __restrict__ out, int64 rows,
+          int64 m, int64 n, int64 inner_vecs) {
   typedef typename ew::raw_bits<sizeof(T) * VEC>::type R;
-  const R* src = reinterpret_cast<const R*>(a);
-  R* dst = reinterpret_cast<R*>(out);
+  const R* __restrict__ src = reinterpret_cast<const R*>(a);
+  R* __restrict__ dst = reinterpret_cast<R*>(out);
   ew::Pack<T, VEC> bad;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) bad.v[e] = bad_value<T>();
   // A block covers a tile of by * U rows; thread (x, y) moves columns x, x + bx, ... of rows
   // y, y + by, ..., y + (U-1) by of the tile. Its U index loads, then the U row loads of each
-  // column, are issued back to back (independent loads in flight rather than a chain per row).
+  // column, are issued back to back before any store: U independent 16-byte loads in flight per
+  // thread rather than a chain per row. The index is read once per row and tile (the bx threads
+  // of a row read the same address: one broadcast), the table through the read-only path.
   const int64 by = blockDim.y;
   const int64 tile = by * U;
+  const int64 step = by * inner_vecs;  // out, in vectors: from row r to row r + by
   for (int64 r0 = (int64)blockIdx.x * tile + threadIdx.y; r0 < rows; r0 += (int64)gridDim.x * tile) {
+    const int64 left = rows - r0;  // row r0 + u * by exists when u * by < left
     // o = r / m, the outer block of row r: none to find when there is one outer block
     // (embedding, axis 0), a 32-bit division below 2**31 rows; the test is the same for the
     // whole grid, so it branches once around all U rows.
@@ -79,20 +89,21 @@ __global__ void take_rows(const T* __restrict__ a, const I* __restrict__ idx, T*
     }
     I raw[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) raw[u] = r0 + u * by < rows ? idx[r0 + u * by - o[u] * m] : (I)0;
-    int64 k[U];  // the source row's first vector; -1: out of range (fill), -2: past the last row
+    for (int u = 0; u < U; ++u) raw[u] = u * by < left ? __ldg(idx + (r0 + u * by - o[u] * m)) : (I)0;
+    const R* p[U];  // the source row, or null: filled (out of range) or past the last row
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64 w = wrap_index(raw[u], n);
-      k[u] = r0 + u * by >= rows ? -2 : (w < 0 ? -1 : (o[u] * n + w) * inner_vecs);
+      p[u] = (u * by < left && w >= 0) ? src + (o[u] * n + w) * inner_vecs : nullptr;
     }
+    R* q = dst + r0 * inner_vecs;
     for (int64 c = threadIdx.x; c < inner_vecs; c += blockDim.x) {
       R v[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = k[u] >= 0 ? src[k[u] + c] : bad.raw;
+      for (int u = 0; u < U; ++u) v[u] = p[u] != nullptr ? __ldg(p[u] + c) : bad.raw;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (k[u] != -2) dst[(r0 + u * by) * inner_vecs + c] = v[u];
+        if (u * by < left) q[u * step + c] = v[u];
     }
   }
 }

@@ -26,6 +26,7 @@ FAMILIES = (
     "indexing",
     "optim",
     "activation",
+    "matmul",
 )
 
 

@@ -81,6 +81,7 @@ class Settings:
     indexing: IndexingSettings = IndexingSettings()
     optim: OptimSettings = OptimSettings()
     activation: ActivationSettings = ActivationSettings()
+    matmul: MatmulSettings = MatmulSettings()
 
     def replace(self, **families: Any) -> Settings:
         """These settings with ``families`` changed: family name -> a mapping of setting

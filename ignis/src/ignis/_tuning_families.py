@@ -31,6 +31,7 @@ __all__ = [
     "IndexingSettings",
     "OptimSettings",
     "ActivationSettings",
+    "MatmulSettings",
     "FAMILIES",
     "knob",
 ]
@@ -558,10 +559,12 @@ class IndexingSettings(_FamilySettings, family="indexing"):
     ``rope.cu``)."""
 
     take_rows_in_flight: int = knob(
-        4, "rows a take thread loads at once, when the grid stays large", _at_least(1)
+        4, "rows a take thread loads at once (at most; halved while the grid is short)",
+        _at_least(1)
     )
     take_min_blocks_per_sm: int = knob(
-        4, "... that is, at least this many blocks per multiprocessor", _at_least(0)
+        24, "take: fewer rows per thread until the grid has this many blocks per "
+        "multiprocessor (about 3 waves) or would pass blocks_per_sm", _at_least(0)
     )
     blocks_per_sm: int = knob(
         32, "grid cap per multiprocessor (kernels loop over further rows)", _at_least(1)
@@ -579,4 +582,21 @@ class ActivationSettings(_FamilySettings, family="activation"):
 
     blocks_per_sm: int = knob(
         16, "grid cap per multiprocessor (threads loop over further vectors)", _at_least(1)
+    )
+
+
+class MatmulSettings(_FamilySettings, family="matmul"):
+    """The library's own matrix-product kernels (``cuda_src/matmul.cu``, ``gemm_sm90.cu``),
+    which run where cuBLAS is absent or disabled. Every choice gives the same results up to
+    float32 summation order."""
+
+    wgmma: bool = knob(
+        True,
+        "float16/bfloat16 on compute capability 9.0 with operands TMA can read: gemm_wgmma "
+        "(warpgroup MMA, TMA copies) instead of the mma.sync kernel gemm_tc",
+    )
+    wgmma_tile_n: int = knob(
+        256,
+        "gemm_wgmma's output tile: 128 x 128 (six ring buffers) or 128 x 256 (four)",
+        _one_of(128, 256),
     )

@@ -466,14 +466,17 @@ def test_gpu_take_and_index_add_match_cpu_for_every_dtype(rng: np.random.Generat
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rows_in_flight_from", [0, 10**9])  # always 4 rows per thread / never
+@pytest.mark.parametrize(
+    "rows_in_flight, min_blocks",
+    [(4, 0), (2, 0), (3, 0), (8, 0), (4, 10**9)],  # always 4, 2, 3, 8 rows per thread / 1
+)
 def test_gpu_take_row_tiles_match_numpy(
-    tune, rng: np.random.Generator, rows_in_flight_from: int
+    tune, rng: np.random.Generator, rows_in_flight: int, min_blocks: int
 ) -> None:
-    # Every dtype and vector width through both take kernels: one outer block and several
+    # Every dtype and vector width through the take kernels: one outer block and several
     # (the division path), tiles that the rows do not fill, rows longer than a block (the
     # column loop), out-of-range and negative indices of both index dtypes.
-    tune(indexing=dict(take_min_blocks_per_sm=rows_in_flight_from))
+    tune(indexing=dict(take_rows_in_flight=rows_in_flight, take_min_blocks_per_sm=min_blocks))
     cases = [((50, 8), 0, 37), ((3, 50, 8), 1, 29), ((7, 40, 1), 1, 13), ((40, 1100), 0, 9)]
     for dtype in ALL:
         for shape, axis, m in cases:
@@ -488,6 +491,55 @@ def test_gpu_take_row_tiles_match_numpy(
                     np_take(a, idx, axis).astype(np.float64),
                     err_msg=f"{dtype} {shape} axis={axis} {index_dtype.__name__}",
                 )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [*ALL, "int16", "complex64", "complex128"])
+def test_gpu_take_odd_shapes_and_misaligned_tables_match_numpy(
+    rng: np.random.Generator, dtype: str
+) -> None:
+    # Odd row counts, widths that are no multiple of a 16-byte move, tables one element past a
+    # 16-byte boundary (narrower moves) and strided ones (copied by the front end), under the
+    # default settings and under small grids (blocks loop over tiles).
+    def table(shape: tuple) -> np.ndarray:
+        if dtype.startswith("complex"):
+            return (rng.uniform(-4, 4, shape) + 1j * rng.uniform(-4, 4, shape)).astype(dtype)
+        return random_array(rng, shape, dtype)
+
+    for n, width, m in [(37, 768, 8191), (50, 7, 333), (9, 1, 1001), (13, 2050, 65)]:
+        a = table((n, width))
+        idx = rng.integers(-n - 2, n + 2, size=m)
+        idx[:2] = [n - 1, -n]
+        want = np_take(a, idx, 0).astype(np.complex128 if "complex" in dtype else np.float64)
+        flat = nv(np.concatenate([table((1,)), a.ravel()]), "cuda:0")
+        views = {
+            "aligned": nv(a, "cuda:0"),
+            "one element off": flat[1:].reshape(n, width),
+            "strided": nv(np.repeat(a, 2, axis=1), "cuda:0")[:, ::2],
+        }
+        for what, table_view in views.items():
+            got = ignis.take(table_view, nv(idx, "cuda:0"), axis=0).to_host()
+            np.testing.assert_array_equal(
+                got.astype(want.dtype), want, err_msg=f"{dtype} {(n, width)} m={m} {what}"
+            )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", FLOATS + ["int64", "bool"])
+def test_gpu_embedding_of_the_benchmark_shape_matches_numpy(
+    rng: np.random.Generator, dtype: str
+) -> None:
+    # The table of the benchmark (50304 x 768) looked up by 8192 ids (2 rows a thread for the
+    # 4-byte types, 1 for the 2-byte ones), and by 8195 (a part-full last tile), of both index
+    # dtypes, with a hot row and every index in range.
+    vocab, dim = 50304, 768
+    w = random_array(rng, (vocab, dim), dtype)
+    w_gpu = nv(w, "cuda:0")
+    for tokens, index_dtype in [(8192, np.int64), (8195, np.int32)]:
+        ids = rng.integers(0, vocab, size=tokens).astype(index_dtype)
+        ids[:64] = vocab - 1
+        y = ignis.nn.embedding(nv(ids, "cuda:0"), w_gpu).to_host()
+        np.testing.assert_array_equal(y, w[ids], err_msg=f"{dtype} {tokens}")
 
 
 # --- the CUDA backend's launches, on the stand-in GPU of tests/ignis/runtime/fake_gpu.py ---------
@@ -525,32 +577,69 @@ def test_fake_gpu_take_launch(fake) -> None:
     assert arg_i64(args[-1]) == 125
 
 
-def test_fake_gpu_take_keeps_rows_in_flight_when_the_grid_is_large(fake) -> None:
+def test_fake_gpu_take_keeps_rows_in_flight_while_the_grid_runs_several_waves(fake) -> None:
     # The embedding lookup of the benchmark: 8192 rows of 768 floats = 192 packs of 16 bytes.
+    # 4 rows a thread would give 2048 blocks, 15.5 per multiprocessor (132 here): fewer than the
+    # 24 of take_min_blocks_per_sm, so 2 rows a thread (4096 blocks of 192 threads, 31 each).
     w = ignis.empty((50304, 768), dtype="float32", device="cuda:0")
     ids = ignis.empty((8192,), dtype="int64", device="cuda:0")
     ignis.nn.embedding(ids, w)
     ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
-    assert name == "ignis::idx::take_rows<float, ignis::int64, 4, 4>"
-    assert block == (192, 1, 1) and grid == (8192 // 4, 1, 1)  # 4 rows per thread
+    assert name == "ignis::idx::take_rows<float, ignis::int64, 4, 2>"
+    assert block == (192, 1, 1) and grid == (8192 // 2, 1, 1)
     assert [arg_i64(v) for v in args[3:]] == [8192, 8192, 50304, 192]
     fake.launches.clear()
-    # bfloat16: 96 packs per row, two rows per block, tiles of 8 rows; 8195 rows leave a part
+    # bfloat16: 96 packs per row, two rows per block; 2 rows a thread would give 2049 blocks,
+    # so 1 (4098 blocks: 8195 rows leave the last one half full)
     ignis.nn.embedding(
         ignis.empty((8195,), dtype="int32", device="cuda:0"),
         ignis.empty((50304, 768), dtype="bfloat16", device="cuda:0"),
     )
     ((name, grid, block, _, _),) = _launched(fake, "ignis::idx::take_rows")
-    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int32, 8, 4>"
-    assert block == (96, 2, 1) and grid == (-(-8195 // 8), 1, 1)
-    fake.launches.clear()
-    # the threshold: 4 blocks of 4-row tiles per multiprocessor (132 here), else 1 row a thread
+    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int32, 8, 1>"
+    assert block == (96, 2, 1) and grid == (-(-8195 // 2), 1, 1)
+    # the thresholds: 24 blocks per multiprocessor of 4-row tiles, else of 2-row tiles, else
+    # 1 row a thread, but never so few rows a thread that the grid would pass its cap of 32
+    # blocks per multiprocessor (the blocks would then loop over tiles)
     w = ignis.empty((10, 768), device="cuda:0")
-    for rows, per_thread in [(4 * (4 * 132 - 1), 1), (4 * 4 * 132, 4)]:
+    want, cap = 24 * 132, 32 * 132
+    for rows, per_thread, blocks in [
+        (64, 1, 64),
+        (cap, 1, cap),  # 1 row a thread: exactly the cap
+        (cap + 1, 2, -(-(cap + 1) // 2)),  # 1 would pass the cap
+        (2 * want - 2, 2, want - 1),  # short of 24 per multiprocessor, but 1 would pass the cap
+        (2 * want, 2, want),
+        (2 * cap, 2, cap),
+        (2 * cap + 1, 4, -(-(2 * cap + 1) // 4)),
+        (4 * want, 4, want),
+        (100 * cap, 4, cap),  # 4 rows a thread at most: the blocks loop over tiles
+    ]:
         fake.launches.clear()
         ignis.take(w, ignis.empty((rows,), dtype="int32", device="cuda:0"))
         ((name, grid, _, _, _),) = _launched(fake, "ignis::idx::take_rows")
-        assert name.endswith(f", 4, {per_thread}>") and grid == (rows // per_thread, 1, 1)
+        assert name.endswith(f", 4, {per_thread}>") and grid == (blocks, 1, 1), rows
+
+
+def test_take_rows_choices_halve_the_setting() -> None:
+    assert cuda_indexing.take_rows_choices(4) == [4, 2, 1]
+    assert cuda_indexing.take_rows_choices(6) == [6, 3, 1]
+    assert cuda_indexing.take_rows_choices(1) == [1]
+
+
+def test_fake_gpu_take_follows_the_indexing_settings(fake, tune) -> None:
+    # take_rows_in_flight=6: 6, 3 or 1 rows a thread, each in the list of kernels to compile
+    tune(indexing=dict(take_rows_in_flight=6, take_min_blocks_per_sm=2))
+    names = cuda_indexing.kernel_names(ignis.tuning().indexing)["indexing.cu"]
+    for u in (6, 3, 1):
+        assert f"ignis::idx::take_rows<float, ignis::int64, 4, {u}>" in names
+    w = ignis.empty((10, 768), device="cuda:0")
+    for rows, per_thread in [(6 * 264, 6), (6 * 263, 3), (3 * 263, 1)]:
+        fake.launches.clear()
+        ignis.take(w, ignis.empty((rows,), dtype="int64", device="cuda:0"))
+        ((name, grid, _, _, _),) = _launched(fake, "ignis::idx::take_rows")
+        assert name == f"ignis::idx::take_rows<float, ignis::int64, 4, {per_thread}>", rows
+        assert grid == (-(-rows // per_thread), 1, 1)
+        assert name in names
 
 
 def test_fake_gpu_repeated_take_launches_from_its_plan(fake) -> None:
@@ -566,16 +655,32 @@ def test_fake_gpu_repeated_take_launches_from_its_plan(fake) -> None:
         assert [arg_ptr(v) for v in args[:3]] == [w.data_ptr, ids.data_ptr, out.data_ptr]
         runs.append((name, grid, block, [arg_i64(v) for v in args[3:]]))
     assert runs[0] == runs[1] == runs[2]
-    assert runs[0][0] == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 8, 4>"
+    assert runs[0][0] == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 8, 1>"
     assert runs[0][3] == [8192, 8192, 50304, 96]
     assert cuda_indexing._take_plans.hits >= 2
-    # a table 4 bytes past a 16-byte boundary: another plan (4-byte moves), not the 16-byte one
+    # a table 4 bytes past a 16-byte boundary: another plan (4-byte moves, 384 per row: blocks
+    # of 256 x 1, 2 rows a thread), not the 16-byte one
     base = ignis.empty((10 * 768 + 2,), dtype="bfloat16", device="cuda:0")
     shifted = base[2:].reshape(10, 768)
     ignis.nn.embedding(ignis.empty((8192,), dtype="int64", device="cuda:0"), shifted)
-    ((name, _, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
-    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 2, 4>"
+    ((name, grid, block, _, args),) = _launched(fake, "ignis::idx::take_rows")
+    assert name == "ignis::idx::take_rows<ignis::bfloat16, ignis::int64, 2, 2>"
+    assert block == (256, 1, 1) and grid == (4096, 1, 1)
     assert arg_ptr(args[0]) == shifted.data_ptr and arg_i64(args[-1]) == 384
+
+
+def test_fake_gpu_take_plan_follows_a_change_of_settings(fake, tune) -> None:
+    # A remembered plan keeps the settings it was made under: new settings make a new one.
+    w = ignis.empty((50304, 768), dtype="float32", device="cuda:0")
+    ids = ignis.empty((8192,), dtype="int64", device="cuda:0")
+    for rows_in_flight, per_thread, grid in [(4, 2, 4096), (1, 1, 32 * 132), (4, 2, 4096)]:
+        tune(indexing=dict(take_rows_in_flight=rows_in_flight))
+        for _ in range(2):
+            fake.launches.clear()
+            ignis.nn.embedding(ids, w)
+            ((name, launched_grid, _, _, _),) = _launched(fake, "ignis::idx::take_rows")
+            assert name == f"ignis::idx::take_rows<float, ignis::int64, 4, {per_thread}>"
+            assert launched_grid == (grid, 1, 1)
 
 
 def test_fake_gpu_index_add_launches(fake) -> None:

@@ -647,6 +647,24 @@ def embedding(ids: Any, weight: NvArray, *, check: bool = False) -> NvArray:
     if not isinstance(weight, NvArray) or weight.ndim != 2:
         got = weight.shape if isinstance(weight, NvArray) else type(weight).__name__
         raise ShapeError(f"embedding: weight must be a 2-D (rows, dim) NvArray, got {got}")
+    if (
+        not check
+        and type(ids) is NvArray
+        and ids._dtype in _INDEX_DTYPES
+        and ids._device == weight._device
+        and ids.is_contiguous
+        and weight.is_contiguous
+    ):
+        # The lookup of every training step: take's checks, axis handling and copies have
+        # nothing to do here, and cost about as much host time as the kernel takes.
+        v, d = weight._shape
+        out = _creation._new(ids._shape + (d,), weight._dtype, weight._device)
+        m = ids.numel
+        if m and d:
+            weight._backend.kernels.take(
+                out.reshape(1, m, d), weight.reshape(1, v, d), ids.reshape(m)
+            )
+        return out
     idx = _as_indices(ids, weight._device, "embedding")
     if check:
         _check_range("embedding", idx, weight.shape[0], "the rows of weight")

@@ -7,13 +7,15 @@ so every kernel works on rows: ``take`` and ``index_add`` on rows of ``inner`` e
 on rows of ``d`` elements. Row kernels run blocks of ``(bx, by)`` threads: ``by`` rows at a time,
 ``bx`` threads along a row (a power of two covering the row, so short rows do not leave most of
 a warp idle). ``take`` moves up to 16 bytes per access when the row length and the addresses
-allow, and a thread keeps up to ``take_rows_in_flight`` rows' loads in flight when there are
-enough rows to fill the GPU (the ``indexing`` settings of ``ignis.tuning``,
-:class:`ignis._tuning.IndexingSettings`, read once per call). Dropout moves 16-byte vectors
-of data (and 2 to 8 mask bytes with each) when every operand is 16-byte aligned, a warp at a time
-over tiles of 32 x 4 vectors so that each instruction of a warp covers one contiguous span (see
-``cuda_src/dropout.cu``); otherwise, and for the elements after the last whole tile, it takes
-the kernels' scalar path.
+allow, and a thread keeps up to ``take_rows_in_flight`` rows' loads in flight, fewer (halved:
+4, 2, 1) where the grid would otherwise give a multiprocessor fewer than
+``take_min_blocks_per_sm`` blocks (the ``indexing`` settings of ``ignis.tuning``,
+:class:`ignis._tuning.IndexingSettings`, read once per call): several waves of short blocks keep
+every multiprocessor's loads in flight to the end, where one or two waves of long ones leave the
+GPU part idle in the last. Dropout moves 16-byte vectors of data (and 2 to 8 mask bytes with
+each) when every operand is 16-byte aligned, a warp at a time over tiles of 32 x 4 vectors so
+that each instruction of a warp covers one contiguous span (see ``cuda_src/dropout.cu``);
+otherwise, and for the elements after the last whole tile, it takes the kernels' scalar path.
 ``put`` moves rows as raw bytes, so one kernel instance serves every dtype of an item size.
 ``nonzero_flat`` and ``repeat_index`` are scans in three launches: per-block totals, one block
 turning them into offsets, then each block writing its chunk (``repeat_index`` then finds each
@@ -54,7 +56,7 @@ _grid_caps = PlanCache(
 _take_plans = PlanCache(
     "cuda.indexing.take_plans",
     256,
-    "(shapes, dtypes, operand alignment, device, indexing settings) -> take's prepared launch",
+    "(shapes, dtypes, operand alignment, device) -> (indexing settings, take's prepared launch)",
 )
 
 
@@ -67,6 +69,15 @@ def _work(dtype: dt.DType) -> str:
 
 def take_name(dtype: dt.DType, index: dt.DType, vec: int, rows_in_flight: int = 1) -> str:
     return f"ignis::idx::take_rows<{CTYPE[dtype]}, {CTYPE[index]}, {vec}, {rows_in_flight}>"
+
+
+def take_rows_choices(rows_in_flight: int) -> list[int]:
+    """The rows per take thread the launch may pick under ``take_rows_in_flight``, most first:
+    the setting, halved down to 1 (4 -> [4, 2, 1], 6 -> [6, 3, 1])."""
+    out = [rows_in_flight]
+    while out[-1] > 1:
+        out.append(out[-1] // 2)
+    return out
 
 
 def index_add_name(dtype: dt.DType, index: dt.DType, deterministic: bool) -> str:
@@ -142,7 +153,7 @@ def kernel_names(tune: IndexingSettings | None = None) -> dict[str, list[str]]:
             for d in CTYPE
             for i in INDEX_TYPES
             for v in _vectors(d.itemsize)
-            for u in sorted({1, rows_in_flight})
+            for u in take_rows_choices(rows_in_flight)
         ]
         + [
             index_add_name(d, i, det)
@@ -213,11 +224,24 @@ def _row_block(row_items: int) -> tuple[int, int]:
 
 
 def _rows_in_flight(backend: Any, rows: int, by: int, tune: IndexingSettings) -> int:
-    """Rows per take thread: ``take_rows_in_flight`` unless the grid would then leave
-    multiprocessors short of blocks (few rows: more blocks beat more loads per thread)."""
-    u = tune.take_rows_in_flight
-    blocks = -(-rows // (by * u))
-    return u if blocks >= tune.take_min_blocks_per_sm * _caps(backend, tune)[1] else 1
+    """Rows per take thread: the most of :func:`take_rows_choices` whose grid (tiles of
+    ``by * u`` rows) gives every multiprocessor ``take_min_blocks_per_sm`` blocks, but no fewer
+    than would keep the grid within its cap (below that, blocks would loop over tiles one
+    after another: fewer loads in flight, not more blocks).
+
+    A block's U loads per thread are in flight together, but a grid of one or two waves of
+    such blocks ends with a part-filled wave and multiprocessors whose blocks have all issued
+    their loads at once; more waves of shorter blocks keep the loads in flight evenly spread
+    to the end (the embedding lookup of 8192 float32 rows of 768: 2 rows a thread, 4096 blocks
+    of 192 threads, about 3 waves of 10 blocks per multiprocessor).
+    """
+    cap, sms = _caps(backend, tune)
+    want = tune.take_min_blocks_per_sm * sms
+    choices = take_rows_choices(tune.take_rows_in_flight)
+    for u, fewer in zip(choices, choices[1:], strict=False):
+        if -(-rows // (by * u)) >= want or -(-rows // (by * fewer)) > cap:
+            return u
+    return choices[-1]
 
 
 def _aligned16(*ptrs: int) -> bool:
@@ -236,15 +260,28 @@ def _widest_vector(itemsize: int, inner: int, ptrs: tuple[int, ...]) -> int:
 
 
 def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
-    pa, pi, po = _ptr(a), _ptr(indices), _ptr(out)
+    pa = a._storage.ptr + a._offset
+    pi = indices._storage.ptr + indices._offset
+    po = out._storage.ptr + out._offset
     tune = _tuning.current.indexing
     gpu = backend.gpu
-    # (the vector width depends on the addresses only through their 16-byte alignment)
-    key = (a.shape, indices.shape[0], a.dtype, indices.dtype, pa & 15, po & 15, gpu.ordinal, tune)
+    # (the vector width depends on the addresses only through their 16-byte alignment). The
+    # dtypes go in by name and the plan keeps the settings it was made under, compared by
+    # identity first: hashing either costs a Python call, a good part of a repeated lookup's
+    # host time.
+    key = (
+        a._shape,
+        indices._shape[0],
+        a._dtype.name,
+        indices._dtype.name,
+        pa & 15,
+        po & 15,
+        gpu.ordinal,
+    )
     plan = _take_plans.get(key)
-    if plan is not None:
+    if plan is not None and (plan[0] is tune or plan[0] == tune):
         _take_plans.hits += 1
-        launch, rows, m, n, inner_vecs = plan
+        _, launch, rows, m, n, inner_vecs = plan
         launch(backend.stream, pa, pi, po, rows, m, n, inner_vecs)
         return
     outer, n, inner = a.shape
@@ -259,7 +296,7 @@ def take(backend: Any, out: NvArray, a: NvArray, indices: NvArray) -> None:
     kernel.launch(grid, (bx, by), [pa, pi, po, rows, m, n, inner // vec], stream=backend.stream)
     launch = kernel._prepared(gpu, grid, (bx, by))
     if launch is not None:  # (the launch above validated the configuration and the arguments)
-        _take_plans.remember(key, (launch, rows, m, n, inner // vec))
+        _take_plans.remember(key, (tune, launch, rows, m, n, inner // vec))
 
 
 def index_add(

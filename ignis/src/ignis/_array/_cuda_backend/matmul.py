@@ -14,7 +14,9 @@ Two engines give the same results (within each dtype's rounding):
   product and a bias gradient alongside one (:func:`matmul_bias`, :func:`matmul_row_sums`).
 * **the library's own kernels** (``cuda_src/matmul.cu``): tensor cores (mma.sync) for float16 and
   bfloat16 on sm_80 and newer, and for float32 when TF32 is allowed; FMA kernels otherwise. They
-  take any strides, so nothing is copied.
+  take any strides, so nothing is copied. On compute capability 9.0 the ``matmul.wgmma``
+  setting (off by default) runs float16/bfloat16 on ``gemm_wgmma`` instead (warpgroup MMA fed
+  by TMA, ``cuda_src/gemm_sm90.cu``, :mod:`.matmul_sm90`) where TMA can read both operands.
 
 Accumulation: float32 for float16/bfloat16, float64 for float64; float32 uses true FP32 unless
 :func:`set_allow_tf32` allows TF32 tensor cores (10-bit mantissa inputs, ~1e-3 relative error).
@@ -41,7 +43,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ... import _cublas, _cublaslt
+from ... import _cublas, _cublaslt, _tuning
 from ... import _dtypes as dt
 from ..._caches import PlanCache
 from ..._device import activate
@@ -314,6 +316,8 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
     if lib is not None:
         done = _cublas_matmul(lib, backend, stream, dtype, batch, m, n, k, a, b, am, bm, cm,
                               target, alpha, beta, keep, key if target is out else None)
+    if not done and _force_family is None and _tuning.current.matmul.wgmma:
+        done = _wgmma_matmul(backend, stream, dtype, batch, m, n, k, am, bm, cm, alpha, beta)
     if not done:
         cc = backend.gpu.compute_capability
         for launch in plan_own_gemm(dtype, cc, _allow_tf32, batch, m, n, k, am, bm, cm,
@@ -323,6 +327,21 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
                           shared_mem=launch.shared_mem, stream=stream)
     if target is not out:
         backend.copy(out, target)
+
+
+def _wgmma_matmul(backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, ...], m: int,
+                  n: int, k: int, am: Mat, bm: Mat, cm: Mat, alpha: float, beta: float) -> bool:
+    """Queue the product on the Hopper kernel ``gemm_wgmma`` (:mod:`.matmul_sm90`); False
+    where it does not apply (the caller then runs the other own kernels)."""
+    from . import matmul_sm90  # (imported on first use: it imports this module)
+
+    launch = matmul_sm90.plan_wgmma_gemm(dtype, backend.gpu.compute_capability, batch, m, n, k,
+                                         am, bm, cm, alpha, beta,
+                                         _tuning.current.matmul.wgmma_tile_n)
+    if launch is None:
+        return False
+    matmul_sm90.launch_wgmma(backend, stream, launch)
+    return True
 
 
 # --- fused epilogues (cuBLASLt) ----------------------------------------------------------------
