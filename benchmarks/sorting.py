@@ -25,7 +25,12 @@ three-pass scan (tile totals, their prefixes, the scan from them).
 unique and the other data-dependent sizes wait once for the device in both libraries; that
 wait is inside the timed region. PyTorch's ``torch.sort`` always computes values and indices.
 
-Run on a GPU machine: ``python benchmarks/sorting.py``. Prints a Markdown table.
+Run on a GPU machine: ``python benchmarks/sorting.py``. Prints a Markdown table. The
+environment picks the Onesweep pass kernel and its tuning for a whole run (every row not
+marked ``(lsd)``): ``IGNIS_SORT_RADIX=onesweep_v1`` the first pass kernel, for comparison;
+``IGNIS_SORT_ITEMS="20,16"`` the keys a thread and ``IGNIS_SORT_BLOCKS="3,3"`` the blocks an
+SM it is compiled for (for keys of up to 4 bytes, then for 8-byte keys; see ``ONESWEEP_ITEMS``
+in ``ignis._array._cuda_backend.sorting``).
 """
 
 from __future__ import annotations

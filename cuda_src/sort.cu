@@ -14,12 +14,14 @@
 // Kernels (all 64-bit indexed; tiles of TILE = 256 threads x 16 items):
 //   radix_histogram / radix_onesweep  the stable LSD radix sort on 8-bit digits (Onesweep):
 //       one launch reads the keys once and counts the digits of every pass per row; then one
-//       launch a pass ranks each tile (warp-private digit counters, match_digit among 32
+//       launch a pass ranks each tile (warp-private digit counters, match_digit8 among 32
 //       keys), publishes its per-digit counts at once and finds where its keys go by a
 //       decoupled look-back over the counts of the row's earlier tiles (tile ids from a
-//       counter, in start order), then scatters through shared memory, coalesced. The first
-//       pass reads the input and makes its keys; the last writes the outputs (values rebuilt
-//       from keys, int64 indices; positions travel as uint32 until then).
+//       counter, in start order; a window of predecessors a step), then scatters through
+//       shared memory, coalesced. Registers capped so that 4 blocks fit an SM (3 for 8-byte
+//       keys). The first pass reads the input and makes its keys; the last writes the outputs
+//       (values rebuilt from keys, int64 indices; positions travel as uint32 until then).
+//       radix_onesweep_v1, its first form, stays to compare with.
 //   radix_plan        between the two: which passes have work in each row. A pass whose digit
 //       is the same in every key of a row (one bin of the row's histogram holds all n) would
 //       keep the order; its launch returns at once for the row, and the passes with work take
@@ -523,6 +525,9 @@ struct NoStep {
   SORT_DEV void operator()() const {}
 };
 
+// radix_onesweep_v1: the first form of the Onesweep pass (kept to compare with, behind the
+// host's RADIX_PATH "onesweep_v1"): positions held in registers from the start, no register
+// cap (128-143 registers: one or two blocks an SM), a look-back one predecessor a step.
 // One pass of the Onesweep sort. x: the T elements; keys0/keys1 and idx0/idx1: the ping-pong
 // buffers of keys and uint32 positions (the passes with work alternate them: see pass_role);
 // values / indices: the outputs, T values rebuilt from the keys and int64 indices (either may
@@ -533,7 +538,7 @@ struct NoStep {
 // they wait for anything (a row whose pass has no work returns before: none waits for it).
 template <class T>
 __global__ void __launch_bounds__(THREADS)
-    radix_onesweep(const T* x, void* keys0, void* keys1, uint32* idx0, uint32* idx1, T* values,
+    radix_onesweep_v1(const T* x, void* keys0, void* keys1, uint32* idx0, uint32* idx1, T* values,
                    int64* indices, const uint32* hist, const uint32* plan, uint64* status,
                    uint32* counter, int64 n, int64 tiles_per_seg, int pass, bool carry, bool desc,
                    bool exact) {
@@ -650,6 +655,266 @@ __global__ void __launch_bounds__(THREADS)
       reinterpret_cast<uint32*>(idx_out)[dest[s]] = v;
     } else if (idx_out) {
       reinterpret_cast<int64*>(idx_out)[dest[s]] = (int64)v;
+    }
+  }
+}
+
+// --- Onesweep pass -----------------------------------------------------------------------------
+// radix_onesweep<T, IT, BLOCKS>: tiles of THREADS x IT keys (IT = ONESWEEP_ITEMS unless the host
+// asks for another), compiled to fit BLOCKS blocks an SM. What keeps it fast:
+//   * registers: only the keys and their slots live across the ranking (positions are loaded
+//     after it, the digits are recomputed from the keys, a partial tile's missing keys are
+//     padding instead of flags), and __launch_bounds__ caps them so that BLOCKS blocks fit
+//     (64 registers for 4 blocks): enough warps an SM to hide the latency of the loads, of the
+//     serial ranking and of the look-back;
+//   * ranking: 8 ballots a key (match_digit8: the padding keys take digit 255, so no ninth bit
+//     for "no key"), one shared atomic per distinct digit of 32 keys;
+//   * one block scan across digits for both the row's digit bases (from the histogram) and the
+//     tile's first slots (two counts in one 64-bit word);
+//   * look-back: each step loads LOOKBACK_WINDOW predecessors' words at once (independent loads
+//     in flight) instead of one;
+//   * scatter through shared memory in digit order, as before: each warp store covers 32
+//     consecutive slots, runs of one digit, so the global writes are coalesced by digit.
+
+enum : int {
+  ONESWEEP_ITEMS = 16,  // keys a thread (the default tile: THREADS * 16 = 4096, the host's TILE)
+  LOOKBACK_WINDOW = 4,  // predecessor words a look-back step loads together
+  SM_REGISTERS = 65536,
+  MAX_ONESWEEP_BLOCKS = 4,
+};
+
+// The blocks an SM is to hold by default: as many as the registers the pass needs allow
+// (about three 32-bit registers a key, four for 8-byte keys, and 16 more), at most
+// MAX_ONESWEEP_BLOCKS (4 x 256 threads: 64 registers; 3: 80).
+template <int KEY_BYTES, int IT> struct OnesweepBlocks {
+  static constexpr int regs = IT * (KEY_BYTES > 4 ? 4 : 3) + 16;
+  static constexpr int fit = SM_REGISTERS / (THREADS * ((regs + 7) / 8 * 8));
+  static constexpr int value =
+      fit > (int)MAX_ONESWEEP_BLOCKS ? (int)MAX_ONESWEEP_BLOCKS : fit < 1 ? 1 : fit;
+};
+
+// The lanes of the (converged, full) warp whose 8-bit digit equals this lane's: 8 ballots.
+SORT_DEV unsigned match_digit8(uint32 d) {
+  unsigned peers = FULL;
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const bool set = ((d >> b) & 1u) != 0;
+    const unsigned m = __ballot_sync(FULL, set);
+    peers &= set ? m : ~m;
+  }
+  return peers;
+}
+
+// Block-wide exclusive sum of one uint64 per thread (all THREADS threads call it; sums: WARPS
+// words of shared memory). Ends with a barrier.
+SORT_DEV uint64 block_exclusive_sum64(uint64 v, uint64* sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint64 incl = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64 y = __shfl_up_sync(FULL, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) sums[warp] = incl;
+  __syncthreads();
+  uint64 before = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w)
+    if (w < warp) before += sums[w];
+  __syncthreads();
+  return before + incl - v;
+}
+
+// Whether tile t (t > 0) of a row publishes its inclusive prefix after its look-back. Always on
+// the device; a host build of this file for tests may withhold most of them, so that look-backs
+// walk over several windows of aggregates.
+#ifndef IGNIS_SORT_PUBLISH_PREFIX
+#define IGNIS_SORT_PUBLISH_PREFIX(t) true
+#endif
+
+// Thread d's look-back: the keys of digit d in the tiles of the row before tile t (t > 0), from
+// the look-back words of the row's tiles (`words` points at tile 0's word of digit d; a tile's
+// words are RADIX apart). Each step loads LOOKBACK_WINDOW words (the nearest first) and folds
+// them in order up to the first inclusive prefix; a word not yet published is waited for (its
+// tile started before this one: it publishes before it waits for anything). Tile 0 always holds
+// a prefix, so the walk ends there at the latest.
+SORT_DEV uint32 look_back_digit(const uint64* words, int64 t, int pass) {
+  uint32 before = 0;
+  for (int64 j = t - 1;; j -= LOOKBACK_WINDOW) {
+    uint64 w[LOOKBACK_WINDOW];
+#pragma unroll
+    for (int k = 0; k < LOOKBACK_WINDOW; ++k)
+      w[k] = j - k >= 0 ? load_word(words + (j - k) * RADIX) : 0ull;
+#pragma unroll
+    for (int k = 0; k < LOOKBACK_WINDOW; ++k) {
+      uint64 x = w[k];
+      while ((x >> 62) == 0 || (int)((x >> 48) & 0x3fff) != pass) {
+        __nanosleep(64);
+        x = load_word(words + (j - k) * RADIX);
+      }
+      before += (uint32)(x & DIGIT_COUNT_MASK);
+      if ((x & DIGIT_PREFIX) != 0) return before;
+    }
+  }
+}
+
+// One pass of the Onesweep sort; the parameters and the roles as radix_onesweep_v1's (same
+// launch). The tile's keys are warp-striped: warp w holds elements [w * 32 * IT, ...), element
+// r * 32 + lane of it in key[r]; elements past the row's end are padding with key ONES (digit
+// 255 in every pass), ranked after every element of the tile (they come last in element order),
+// so they take its last slots and the scatter leaves them there.
+template <class T, int IT = ONESWEEP_ITEMS, int BLOCKS = 0>  // (BLOCKS 0: OnesweepBlocks's)
+__global__ void __launch_bounds__(THREADS, (BLOCKS ? BLOCKS : OnesweepBlocks<sizeof(T), IT>::value))
+    radix_onesweep(const T* x, void* keys0, void* keys1, uint32* idx0, uint32* idx1, T* values,
+                   int64* indices, const uint32* hist, const uint32* plan, uint64* status,
+                   uint32* counter, int64 n, int64 tiles_per_seg, int pass, bool carry, bool desc,
+                   bool exact) {
+  typedef Key<T> KT;
+  typedef typename KT::K K;
+  typedef typename slot_of<K>::type S;
+  constexpr int PASSES = (int)sizeof(K);
+  constexpr int OS_TILE = THREADS * IT;
+  static_assert(IT % 4 == 0, "digits packed four to a register");
+  __shared__ uint32 warp_count[WARPS][RADIX];  // keys of (warp, digit), then their first slots
+  __shared__ int32 global_base[RADIX];         // destination of slot j: global_base[d] + j
+  __shared__ uint64 sums[WARPS];
+  __shared__ S exchange[OS_TILE];
+  __shared__ uint32 tile_id;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) tile_id = atomicAdd(counter, 1u);
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) warp_count[w][tid] = 0;
+  __syncthreads();
+  const int64 tile = (int64)tile_id;
+  const int64 seg = tile / tiles_per_seg;
+  const uint32 row_count = hist[(seg * PASSES + pass) * RADIX + tid];  // (loads together)
+  const PassRole role = pass_role(plan[seg], pass);
+  if (!role.runs) return;  // (the whole block: the row's digit of this pass is constant)
+  const bool first = role.first, last = role.last;
+  const void* keys_in = first ? (const void*)x : role.read ? keys1 : keys0;
+  const uint32* idx_in = role.read ? idx1 : idx0;
+  void* keys_out = last ? (void*)values : role.write ? keys1 : keys0;
+  void* idx_out = last ? (void*)indices : role.write ? (void*)idx1 : (void*)idx0;
+  const int64 t = tile - seg * tiles_per_seg;
+  const int64 start = t * OS_TILE;
+  const int len = (int)(n - start < OS_TILE ? n - start : OS_TILE);
+  const int64 base = seg * n + start;
+  const int shift = 8 * pass;
+  const int wbase = warp * 32 * IT;
+
+  K key[IT];
+  {
+    const K* ksrc = reinterpret_cast<const K*>(keys_in) + base + wbase + lane;
+    if (len == OS_TILE) {
+#pragma unroll
+      for (int r = 0; r < IT; ++r) key[r] = ksrc[r * 32];
+    } else {
+#pragma unroll
+      for (int r = 0; r < IT; ++r) key[r] = wbase + r * 32 + lane < len ? ksrc[r * 32] : (K)0;
+    }
+    if (first) {
+#pragma unroll
+      for (int r = 0; r < IT; ++r) key[r] = KT::of(key[r], desc, exact);
+    }
+    if (len < OS_TILE) {
+#pragma unroll
+      for (int r = 0; r < IT; ++r)
+        if (wbase + r * 32 + lane >= len) key[r] = KT::ONES;
+    }
+  }
+
+  // Rank: the place of each key among the warp's keys of its digit, in element order, and the
+  // digit above it (d << 16 | place: one register a key; places are below OS_TILE <= 2**16).
+  static_assert(OS_TILE <= 65536, "places fit 16 bits");
+  uint32 slot[IT];
+#pragma unroll
+  for (int r = 0; r < IT; ++r) {
+    const uint32 d = digit(key[r], shift);
+    const unsigned peers = match_digit8(d);
+    const int leader = __ffs(peers) - 1;
+    uint32 before = 0;
+    if (lane == leader) before = atomicAdd(&warp_count[warp][d], (uint32)__popc(peers));
+    slot[r] = (d << 16) |
+              (__shfl_sync(FULL, before, leader) + (uint32)__popc(peers & lanemask_lt(lane)));
+  }
+  __syncthreads();
+  uint32 first_slot;  // thread d: the tile's first slot of digit d
+  {
+    const int d = tid;
+    uint32 run = 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) {
+      const uint32 c = warp_count[w][d];
+      warp_count[w][d] = run;
+      run += c;
+    }
+    // the tile's keys of digit d (less the padding, all of digit 255)
+    const uint32 count = d == RADIX - 1 ? run - (uint32)(OS_TILE - len) : run;
+    store_word(&status[tile * RADIX + d],
+               digit_word(t == 0 ? DIGIT_PREFIX : DIGIT_AGGREGATE, pass, count));
+    // one scan for both: the row's digit bases (high word) and the tile's first slots (low)
+    const uint64 both = block_exclusive_sum64(((uint64)row_count << 32) | run, sums);
+    first_slot = (uint32)both;
+    const uint32 row_digit_base = (uint32)(both >> 32);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) warp_count[w][d] += first_slot;
+    __syncthreads();
+    // the keys into the exchange in digit order first: their registers are free for the rest
+#pragma unroll
+    for (int r = 0; r < IT; ++r) {
+      slot[r] = (slot[r] & 0xffffu) + warp_count[warp][slot[r] >> 16];
+      exchange[slot[r]] = (S)key[r];
+    }
+    uint32 before = 0;
+    if (t > 0) {
+      before = look_back_digit(status + (tile - t) * RADIX + d, t, pass);
+      if (IGNIS_SORT_PUBLISH_PREFIX(t))
+        store_word(&status[tile * RADIX + d], digit_word(DIGIT_PREFIX, pass, before + count));
+    }
+    global_base[d] = (int32)(seg * n) + (int32)(row_digit_base + before) - (int32)first_slot;
+  }
+  __syncthreads();
+  S* xs = exchange;
+  uint32 digits[IT / 4];  // the digit of each scattered slot, four a register
+#pragma unroll
+  for (int s = 0; s < IT; ++s) {
+    const int j = s * THREADS + tid;
+    const K k = (K)xs[j];
+    const uint32 d = digit(k, shift);
+    if (s % 4 == 0) digits[s / 4] = 0;
+    digits[s / 4] |= d << (8 * (s % 4));
+    if (j < len) {
+      const int32 dest = global_base[d] + j;  // (the host keeps radix sorts below 2**31)
+      if (!last) {
+        reinterpret_cast<K*>(keys_out)[dest] = k;
+      } else if (keys_out) {
+        reinterpret_cast<K*>(keys_out)[dest] = KT::bits(k, desc);
+      }
+    }
+  }
+  if (!carry) return;
+  // The positions: loaded only now, so that they take no registers before.
+  uint32 idx[IT];
+#pragma unroll
+  for (int r = 0; r < IT; ++r) {
+    const int j = wbase + r * 32 + lane;
+    idx[r] = first ? (uint32)(start + j) : j < len ? idx_in[base + j] : 0u;
+  }
+  __syncthreads();  // every key is read from the exchange: it takes the positions now
+#pragma unroll
+  for (int r = 0; r < IT; ++r) xs[slot[r]] = (S)idx[r];
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < IT; ++s) {
+    const int j = s * THREADS + tid;
+    if (j >= len) break;  // (slots past len are padding)
+    const uint32 d = (digits[s / 4] >> (8 * (s % 4))) & 0xffu;
+    const int32 dest = global_base[d] + j;
+    const uint32 v = (uint32)xs[j];
+    if (!last) {
+      reinterpret_cast<uint32*>(idx_out)[dest] = v;
+    } else if (idx_out) {
+      reinterpret_cast<int64*>(idx_out)[dest] = (int64)v;
     }
   }
 }

@@ -198,6 +198,9 @@ namespace emu { static int hide_prefixes = 0; }
 #define IGNIS_SORT_STATUS(status, row0, j) \
   ((emu::hide_prefixes && (status)[(row0) + (j)] == 2 && (j) % 64 != 0) ? 1 \
                                                                       : (status)[(row0) + (j)])
+// ... and radix_onesweep's tiles publish their inclusive prefixes only every 11th tile of a row:
+// its look-backs fold aggregates over several windows of predecessors.
+#define IGNIS_SORT_PUBLISH_PREFIX(t) (!emu::hide_prefixes || (t) % 11 == 0)
 extern "C" void emu_hide_prefixes(int on) { emu::hide_prefixes = on; }
 """
 
@@ -299,7 +302,9 @@ for _family in ("sort", "cumulative", "searchsorted", "nonzero", "unique"):
 class Session:
     """What :func:`emulated_backend` yields: ``launched``, the kernels launched so far, and
     ``hide_prefixes(True)``, which makes look-backs see the inclusive prefix of only every
-    64th tile of a row (they then fold aggregates over several windows of 32 tiles)."""
+    64th tile of a row (they then fold aggregates over several windows of 32 tiles), and
+    radix_onesweep's tiles publish theirs only every 11th tile of a row (its look-backs then
+    fold up to 10 aggregates, over several windows)."""
 
     def __init__(self, switch: ctypes._CFuncPtr):
         self.launched: list[str] = []

@@ -262,6 +262,19 @@ def test_sort_of_about_2_24_elements(device, rng, dtype):
     np.testing.assert_array_equal(check, np_argsort(rows, 1, False))
 
 
+@pytest.mark.parametrize("items,blocks", [(8, None), (20, None), (16, 2), (24, 3)])
+def test_onesweep_tunings_sort_alike(device, rng, monkeypatch, items, blocks):
+    # the tunings of radix_onesweep one may sweep (ONESWEEP_ITEMS / ONESWEEP_BLOCKS) all sort
+    # the same: many tiles a row, partial last tiles, several rows
+    _gpu_only(device)
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: items, 8: min(items, 16)})
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", {4: blocks, 8: blocks})
+    info = np.iinfo(np.int32)
+    check_sort_of(device, rng.integers(info.min, info.max, size=(1 << 20) + 7, dtype=np.int32), 0)
+    check_sort_of(device, rng.standard_normal((3, 70001)).astype(np.float32), 1)
+    check_sort_of(device, rng.integers(0, 1000, size=300001).astype(np.int64), 0)
+
+
 def test_scans_and_unique_of_about_2_24_elements(device, rng):
     _gpu_only(device)
     n = (1 << 24) + 5
@@ -487,10 +500,34 @@ def test_the_functions_are_in_the_namespace():
 
 
 @pytest.mark.exhaustive
-def test_every_kernel_instance_compiles_for_sm90():
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+def test_every_kernel_instance_compiles(arch):
     names = cuda_sorting.kernel_names()
     obj = ignis.compile(
-        _sources.read_source("sort.cu"), CompileOptions(arch="sm_90"), name_expressions=names
+        _sources.read_source("sort.cu"), CompileOptions(arch=arch), name_expressions=names
+    )
+    assert obj.log == ""
+    assert sorted(obj.lowered_names) == sorted(set(names))
+
+
+# Tunings of radix_onesweep the host can ask for (ONESWEEP_ITEMS / ONESWEEP_BLOCKS) beside the
+# defaults: the widest tile of each key width, a narrow one, an explicit register cap.
+ONESWEEP_TUNINGS = [
+    "ignis::sort::radix_onesweep<float, 8>",
+    "ignis::sort::radix_onesweep<float, 24>",
+    "ignis::sort::radix_onesweep<ignis::uint8, 36>",
+    "ignis::sort::radix_onesweep<float, 16, 2>",
+    "ignis::sort::radix_onesweep<ignis::int64, 8>",
+    "ignis::sort::radix_onesweep<double, 16, 4>",
+]
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_onesweep_tunings_compile(arch):
+    names = [n for n in cuda_sorting.kernel_names() if "radix_onesweep<" in n]
+    names += ONESWEEP_TUNINGS
+    obj = ignis.compile(
+        _sources.read_source("sort.cu"), CompileOptions(arch=arch), name_expressions=names
     )
     assert obj.log == ""
     assert sorted(obj.lowered_names) == sorted(set(names))
@@ -562,6 +599,58 @@ def test_fake_gpu_onesweep_sort_launches_a_histogram_and_a_kernel_a_byte(fake):
         m.setattr(cuda_sorting, "RADIX_PATH", "fast")
         with pytest.raises(ValueError, match="sort: RADIX_PATH must be one of"):
             ignis.sort(x)
+
+
+def test_fake_gpu_onesweep_tuning_and_first_kernel(fake, monkeypatch):
+    x = ignis.empty((2, 5000), dtype="float32", device="cuda:0")
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: 24, 8: 16})
+    ignis.sort(x)
+    passes = [launch for launch in fake.launches if "onesweep" in launch[0]]
+    assert [p[0] for p in passes] == ["ignis::sort::radix_onesweep<float, 24>"] * 4
+    assert all(p[1] == (2, 1, 1) for p in passes)  # tiles of 6144: one a row
+    assert [struct.unpack("<q", p[4][12])[0] for p in passes] == [1] * 4  # tiles_per_seg
+    fake.launches.clear()
+    ignis.sort(ignis.empty((5000,), dtype="int64", device="cuda:0"))  # (8-byte keys: 16)
+    assert {launch[0] for launch in fake.launches if "onesweep" in launch[0]} == {
+        "ignis::sort::radix_onesweep<ignis::int64>"
+    }
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", {4: 2, 8: None})
+    fake.launches.clear()
+    ignis.sort(x)
+    assert fake.launches[-1][0] == "ignis::sort::radix_onesweep<float, 24, 2>"
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: 10, 8: 16})
+    with pytest.raises(ValueError, match=r"sort: ONESWEEP_ITEMS\[4\] must be a multiple of 4"):
+        ignis.sort(x)
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: 16, 8: 16})
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", {4: None, 8: None})
+    monkeypatch.setattr(cuda_sorting, "RADIX_PATH", "onesweep_v1")
+    fake.launches.clear()
+    ignis.argsort(x)
+    assert _names(fake) == ["radix_histogram", "radix_plan"] + ["radix_onesweep_v1"] * 4
+    assert all(launch[1] == (4, 1, 1) for launch in fake.launches[2:])  # tiles of 4096
+    fake.launches.clear()
+    ignis.sort(ignis.empty((3, 4096), dtype="float32", device="cuda:0"))
+    assert _names(fake) == ["sort_rows_tile"]  # (rows of one tile: as the default path)
+
+
+def test_onesweep_tuning_from_the_environment(fake, monkeypatch):
+    pair = cuda_sorting._env_pair
+    monkeypatch.setenv("IGNIS_SORT_ITEMS", "24, 8")
+    assert pair("IGNIS_SORT_ITEMS", 16) == {4: 24, 8: 8}
+    monkeypatch.setenv("IGNIS_SORT_ITEMS", ",12")
+    assert pair("IGNIS_SORT_ITEMS", 16) == {4: 16, 8: 12}
+    monkeypatch.delenv("IGNIS_SORT_ITEMS")
+    assert pair("IGNIS_SORT_ITEMS", 16) == {4: 16, 8: 16}
+    monkeypatch.setenv("IGNIS_SORT_BLOCKS", "three")
+    blocks = pair("IGNIS_SORT_BLOCKS", None)
+    assert blocks == {4: "three", 8: None}
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", blocks)
+    x = ignis.empty((5000,), dtype="int32", device="cuda:0")
+    with pytest.raises(ValueError, match=r"sort: ONESWEEP_BLOCKS\[4\] must be None or from 1"):
+        ignis.sort(x)
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: "24", 8: 16})
+    with pytest.raises(ValueError, match=r"got '24'"):
+        ignis.sort(x)
 
 
 def test_fake_gpu_lsd_radix_sort_launches_three_kernels_a_byte(fake, monkeypatch):
@@ -687,6 +776,52 @@ def test_emulated_lsd_sort(emulated, rng, monkeypatch, dtype):
     check_sort("cpu", rng, dtype, (2, 4096), 1)
     assert any("radix_downsweep" in n for n in emulated.launched)
     assert not any("onesweep" in n or "rows_tile" in n for n in emulated.launched)
+
+
+def _digit_pattern_rows(rng: np.random.Generator, dtype: str, n: int) -> np.ndarray:
+    """Rows of ``n`` integers whose low byte (the first pass's digit) is, along the row: 32
+    distinct digits in every 32 neighbours rising (j % 256), falling, one digit for a whole
+    tile of 4096 (a different one each tile), or random; the bytes above random."""
+    info = np.iinfo(dtype)
+    j = np.arange(n)
+    lows = [j % 256, 255 - j % 256, (j // 4096) * 37 % 256, rng.integers(0, 256, size=n)]
+    high = rng.integers(info.min // 256, info.max // 256 + 1, size=(len(lows), n))
+    return (high * 256 + np.stack(lows)).astype(dtype)
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", ["uint16", "int32"])
+def test_emulated_onesweep_digit_patterns(emulated, rng, dtype):
+    # tiles of all-distinct and all-equal digits; the last tile of a row partial (one key, or
+    # one short of full: padding in the last warp only)
+    for n in (3 * 4096 + 1, 2 * 4096 + 4095):
+        check_sort_of("cpu", _digit_pattern_rows(rng, dtype, n), 1)
+    assert any("radix_onesweep<" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
+def test_emulated_onesweep_look_back_over_many_windows(emulated, rng):
+    # 27 tiles; with most prefixes withheld each look-back folds up to 10 aggregates, over three
+    # windows of predecessors
+    a = rng.integers(0, 256, size=26 * 4096 + 3).astype(np.uint8)
+    a[: 4096 * 2] = 7  # (tiles whose every key has one digit, among the rest)
+    emulated.hide_prefixes(True)
+    check_sort_of("cpu", a, 0)
+    check_sort_of("cpu", rng.integers(-3, 3, size=(2, 12 * 4096 + 100)).astype(np.int8), 1)
+    assert any("radix_onesweep<" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
+@pytest.mark.parametrize("dtype", ["float32", "int64", "uint8"])
+def test_emulated_onesweep_v1_path(emulated, rng, monkeypatch, dtype):
+    monkeypatch.setattr(cuda_sorting, "RADIX_PATH", "onesweep_v1")
+    check_sort("cpu", rng, dtype, (9000,), 0)
+    check_sort("cpu", rng, dtype, (2, 4500), 1)
+    assert any("radix_onesweep_v1" in n for n in emulated.launched)
+    assert not any("radix_onesweep<" in n for n in emulated.launched)
 
 
 @emulator

@@ -13,9 +13,11 @@
   (complex128: two, the low one first) and gather their values. Tiles never cross a row, so
   many rows sort together in the same passes. The first pass reads the input itself and the
   last writes the outputs: no conversion passes. Positions travel as uint32 and are widened to
-  int64 once, by the last pass. :data:`RADIX_PATH` ``"lsd"`` (environment
-  ``IGNIS_SORT_RADIX=lsd``) takes the earlier radix sort instead, three launches a digit (tile
-  histograms, their scan, a stable scatter), for comparison.
+  int64 once, by the last pass. The pass kernel's tile (:data:`ONESWEEP_ITEMS` keys a thread)
+  and the blocks an SM it is compiled for (:data:`ONESWEEP_BLOCKS`) are its tuning constants.
+  :data:`RADIX_PATH` ``"lsd"`` (environment ``IGNIS_SORT_RADIX=lsd``) takes the earlier radix
+  sort instead, three launches a digit (tile histograms, their scan, a stable scatter), and
+  ``"onesweep_v1"`` the first Onesweep pass kernel (no register cap), for comparison.
 * ``cumulative``: long rows by a three-pass scan (:data:`SCAN_PATH` ``"three_pass"``): the
   tile totals, their exclusive scan in a fixed order, each tile's scan from its prefix; every
   block streams with 16-byte accesses and none waits for another, and float results are the
@@ -60,10 +62,33 @@ SMALL_ROWS = {32: 16, 128: 4, 512: 1, 2048: 1}
 MAX_RADIX_ELEMENTS = 2**31 - 1  # the radix passes count in int32
 HIST_CHUNK = 8 * TILE  # sort.cu's HIST_CHUNK: keys one radix_histogram block counts
 # Which sort takes rows longer than SMALL_MAX: "onesweep" (rows of one tile in shared memory,
-# longer ones by Onesweep passes) or "lsd" (the three-launch passes of radix_upsweep /
-# radix_downsweep for every row). Read once per sort; set it to compare the two.
+# longer ones by Onesweep passes), "onesweep_v1" (the same with the first Onesweep pass kernel,
+# radix_onesweep_v1) or "lsd" (the three-launch passes of radix_upsweep / radix_downsweep for
+# every row). Read once per sort; set it to compare them.
 RADIX_PATH = os.environ.get("IGNIS_SORT_RADIX", "onesweep")
-_RADIX_PATHS = ("onesweep", "lsd")
+_RADIX_PATHS = ("onesweep", "onesweep_v1", "lsd")
+# radix_onesweep's tuning, by the width of the keys (4: keys of up to 4 bytes, 8: 8-byte keys):
+# keys a thread (a tile of THREADS * items keys; a multiple of 4; the tile's exchange is static
+# shared memory, so at most 36 for 4 and 16 for 8) and the blocks an SM its registers are capped
+# for (None: sort.cu's OnesweepBlocks, 4 at 16 items of 4 bytes, 3 at 16 of 8). Read once per
+# sort; sort.cu's defaults are 16 items. The environment may set them for a run:
+# IGNIS_SORT_ITEMS="24,16" and IGNIS_SORT_BLOCKS="3,3" (the values for 4, then for 8).
+_ONESWEEP_DEFAULT_ITEMS = 16  # sort.cu's ONESWEEP_ITEMS
+
+
+def _env_pair(name: str, default: int | None) -> dict[int, Any]:
+    """``{4: a, 8: b}`` from the environment variable ``name`` ("a,b"; empty: ``default``);
+    the values are checked where they are used."""
+    parts = [p.strip() for p in os.environ.get(name, "").split(",")]
+    values: list[Any] = [default, default]
+    for k, p in enumerate(parts[:2]):
+        if p:
+            values[k] = int(p) if p.isdigit() else p
+    return {4: values[0], 8: values[1]}
+
+
+ONESWEEP_ITEMS: dict[int, Any] = _env_pair("IGNIS_SORT_ITEMS", _ONESWEEP_DEFAULT_ITEMS)
+ONESWEEP_BLOCKS: dict[int, Any] = _env_pair("IGNIS_SORT_BLOCKS", None)
 # How rows longer than one scan tile are scanned: "three_pass" (tile totals, their prefixes,
 # the scan from them: every block streams, nothing waits) or "look_back" (scan_rows: one pass
 # with decoupled look-back). Read once per scan; set it to compare the two.
@@ -128,7 +153,47 @@ def gather_name(dtype: dt.DType) -> str:
 
 
 def onesweep_name(dtype: dt.DType) -> str:
-    return f"ignis::sort::radix_onesweep<{_ctype(dtype, 'sort')}>"
+    """The Onesweep pass kernel of ``dtype`` at the :data:`ONESWEEP_ITEMS` /
+    :data:`ONESWEEP_BLOCKS` tuning (sort.cu's defaults: no template arguments but the type)."""
+    c = _ctype(dtype, "sort")
+    width = _key_width(dtype)
+    items, blocks = _onesweep_items(dtype), ONESWEEP_BLOCKS[width]
+    if blocks is not None:
+        if not isinstance(blocks, int) or not 1 <= blocks <= 8:
+            raise ValueError(
+                f"sort: ONESWEEP_BLOCKS[{width}] must be None or from 1 to 8, got {blocks!r}"
+            )
+        return f"ignis::sort::radix_onesweep<{c}, {items}, {blocks}>"
+    if items != _ONESWEEP_DEFAULT_ITEMS:
+        return f"ignis::sort::radix_onesweep<{c}, {items}>"
+    return f"ignis::sort::radix_onesweep<{c}>"
+
+
+def onesweep_v1_name(dtype: dt.DType) -> str:
+    return f"ignis::sort::radix_onesweep_v1<{_ctype(dtype, 'sort')}>"
+
+
+def _key_width(dtype: dt.DType) -> int:
+    return 8 if dtype.itemsize == 8 else 4
+
+
+def _onesweep_items(dtype: dt.DType) -> int:
+    width = _key_width(dtype)
+    items = ONESWEEP_ITEMS[width]
+    if not isinstance(items, int) or items < 4 or items > 256 or items % 4:
+        raise ValueError(
+            f"sort: ONESWEEP_ITEMS[{width}] must be a multiple of 4 from 4 to 256, got {items!r}"
+        )
+    return items
+
+
+def onesweep_tile(dtype: dt.DType, path: str = "onesweep") -> int:
+    """Keys of a tile of the Onesweep pass kernel of ``path`` for ``dtype`` (``"onesweep"``:
+    THREADS * :data:`ONESWEEP_ITEMS` of the key width; ``"onesweep_v1"``: :data:`TILE`).
+
+    Example: ``onesweep_tile(ignis.float32)`` is ``4096`` at the default 16 items.
+    """
+    return TILE if path == "onesweep_v1" else THREADS * _onesweep_items(dtype)
 
 
 def tile_sort_name(dtype: dt.DType) -> str:
@@ -184,7 +249,8 @@ def kernel_names() -> list[str]:
     names = []
     for d in DTYPES:
         names += [upsweep_name(d), downsweep_name(d)]
-        names += [histogram_name(d), plan_name(d), onesweep_name(d), tile_sort_name(d)]
+        names += [histogram_name(d), plan_name(d), onesweep_name(d), onesweep_v1_name(d)]
+        names.append(tile_sort_name(d))
         names += [small_sort_name(d, p) for p in SMALL_ROWS]
     for d in DTYPES + COMPLEX_DTYPES:
         names.append(searchsorted_name(d))
@@ -335,7 +401,7 @@ def sort(
     path = RADIX_PATH
     if path not in _RADIX_PATHS:
         raise ValueError(f"sort: RADIX_PATH must be one of {_RADIX_PATHS}, got {path!r}")
-    if n <= TILE and path == "onesweep":
+    if n <= TILE and path != "lsd":
         _launch(backend, tile_sort_name(dtype), rows, THREADS, [xp, vp, ip, n, desc, exact])
         return
     total = rows * n
@@ -346,7 +412,7 @@ def sort(
     if path == "lsd":
         _sort_lsd(backend, xp, vp, ip, rows, n, dtype, desc, exact)
     else:
-        _sort_onesweep(backend, xp, vp, ip, rows, n, dtype, desc, exact)
+        _sort_onesweep(backend, xp, vp, ip, rows, n, dtype, desc, exact, path)
 
 
 def _sort_complex(
@@ -424,12 +490,13 @@ def _sort_onesweep(
     dtype: dt.DType,
     desc: bool,
     exact: bool,
+    path: str = "onesweep",
 ) -> None:
     """Queue the Onesweep sort of ``rows`` rows of ``n`` at ``xp``: one histogram launch, one
     launch of the pass plan (which passes have work: see :func:`pass_roles`), one launch a key
-    byte (a pass without work in a row returns at once there)."""
+    byte (a pass without work in a row returns at once there) of the pass kernel of ``path``."""
     passes = dtype.itemsize  # one per 8-bit digit of the key
-    per_seg = -(-n // TILE)
+    per_seg = -(-n // onesweep_tile(dtype, path))
     tiles = rows * per_seg
     chunks = -(-n // HIST_CHUNK)
     # one zeroed workspace: [a tile counter a pass (8 words), the digit counts of every (row,
@@ -451,7 +518,7 @@ def _sort_onesweep(
     keys, positions = _ping_pong(backend, rows * n, dtype, passes, carry)
     kp = [backend.data_ptr(k) for k in keys] + [0] * (2 - len(keys))
     ipp = [backend.data_ptr(q) for q in positions] + [0] * (2 - len(positions))
-    name = onesweep_name(dtype)
+    name = onesweep_v1_name(dtype) if path == "onesweep_v1" else onesweep_name(dtype)
     for p in range(passes):
         args = [xp, kp[0], kp[1], ipp[0], ipp[1], vp, ip, hp, pp, sp, wp + 4 * p, n, per_seg, p]
         _launch(backend, name, tiles, THREADS, args + [carry, desc, exact])
