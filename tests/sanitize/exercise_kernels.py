@@ -301,6 +301,30 @@ class Driver:
         a, b = self.arr((31, 33), "float64"), self.arr((33, 17), "float64")
         self.check(ignis.matmul(a, b), a.to_host() @ b.to_host(), 1e-10, "matmul")
 
+    def _wgmma_matmuls(self) -> None:
+        """16-bit products whose operands TMA can read (rows of a multiple of 8 elements), so
+        that gemm_wgmma takes them on compute capability 9.0: ragged tiles, K below one step,
+        a batch with a broadcast dim, transposed views, alpha/beta into a given output."""
+        cases = [
+            ((1, 8), (8, 8)),
+            ((130, 72), (72, 264)),
+            ((200, 16), (16, 136)),
+            ((3, 64, 136), (136, 72)),
+            ((2, 1, 40, 64), (3, 64, 48)),
+        ]
+        for dtype in ("float16", "bfloat16"):
+            for sa, sb in cases:
+                a, b = self.arr(sa, dtype), self.arr(sb, dtype)
+                self.run(ignis.matmul, a, b)
+            a, b = self.arr((96, 136), dtype), self.arr((72, 96), dtype)
+            self.run(ignis.matmul, a.mT, b.mT)  # both operands MN-major / K-major views
+            a, b = self.arr((64, 136), dtype), self.arr((136, 200), dtype)
+            out = self.arr((64, 200), dtype)
+            self.run(ignis.matmul, a, b, alpha=0.5, beta=2.0, out=out)
+        a, b = self.arr((130, 72), "float16"), self.arr((72, 264), "float16")
+        expected = a.to_host().astype(np.float64) @ b.to_host().astype(np.float64)
+        self.check(ignis.matmul(a, b), expected, 1e-2, "matmul (16-bit, TMA-readable)")
+
     def matmul(self) -> None:
         """Own GEMM kernels (cuBLAS off, each kernel family, TF32 on), then cuBLAS."""
         from ignis._array._cuda_backend import matmul as mm
@@ -312,6 +336,9 @@ class Driver:
                 mm._force_family = family
                 self._matmuls()
             mm._force_family = None
+            for tile_n in (128, 256):  # the Hopper kernel, where it runs, with both tiles
+                with ignis.tuning(matmul=dict(wgmma=True, wgmma_tile_n=tile_n)):
+                    self._wgmma_matmuls()
             ignis.set_allow_tf32(True)
             self._matmuls()
             ignis.set_allow_tf32(False)
