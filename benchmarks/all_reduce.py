@@ -12,27 +12,27 @@ per GPU count through ``python -m ignis.distributed.run`` and prints a Markdown 
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
+
+from reduction import median_ms, torch_event  # shared timing
 
 SIZES = [1 << s for s in range(20, 31, 2)]  # 1 MiB .. 1 GiB
 ITERS, WARMUP = 20, 5
 
 
 def _median_ms(run, record, elapsed, sync, iters: int) -> float:
-    for _ in range(WARMUP):
-        run()
-    sync()
-    times = []
-    for _ in range(3):
-        a = record()
-        for _ in range(iters):
-            run()
-        b = record()
-        sync()
-        times.append(elapsed(a, b) / iters)
-    return statistics.median(times)
+    return median_ms(run, record, elapsed, sync, warmup=WARMUP, rounds=3, reps=iters)
+
+
+def run_per_gpu_count(script: str, counts: list[int]) -> None:
+    """Run ``script --rank`` on each number of GPUs in ``counts`` through the launcher."""
+    for n in counts:
+        subprocess.run(
+            [sys.executable, "-m", "ignis.distributed.run", "--nproc-per-node", str(n), script,
+             "--rank"],
+            check=True,
+        )  # fmt: skip
 
 
 def rank_main() -> None:
@@ -66,14 +66,9 @@ def rank_main() -> None:
             t = torch.ones(size // 4, device="cuda")
             iters = ITERS if size <= 1 << 26 else 5
 
-            def record():
-                e = torch.cuda.Event(enable_timing=True)
-                e.record()
-                return e
-
             theirs[size] = _median_ms(
                 lambda t=t: tdist.all_reduce(t),
-                record,
+                torch_event,
                 lambda a, b: a.elapsed_time(b),
                 torch.cuda.synchronize,
                 iters,
@@ -104,19 +99,7 @@ def main() -> int:
     print("All-reduce of float32, bus bandwidth in GB/s (NCCL_NVLS_ENABLE=0)\n")
     print("| GPUs | size | ignis ms | ignis GB/s | torch GB/s | vs torch |")
     print("|---|---|---|---|---|---|", flush=True)
-    for n in sorted({2, 4, 8, n_gpus} & set(range(2, n_gpus + 1))):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ignis.distributed.run",
-                "--nproc-per-node",
-                str(n),
-                __file__,
-                "--rank",
-            ],
-            check=True,
-        )
+    run_per_gpu_count(__file__, sorted({2, 4, 8, n_gpus} & set(range(2, n_gpus + 1))))
     return 0
 
 

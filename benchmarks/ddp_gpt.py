@@ -14,35 +14,18 @@ Run on a GPU machine: ``python benchmarks/ddp_gpt.py``; each GPU count runs thro
 from __future__ import annotations
 
 import os
-import statistics
-import subprocess
 import sys
 
-import numpy as np
+from all_reduce import run_per_gpu_count
+from gpt_step import batch_ids, torch_gpt
+from reduction import median_ms, torch_event  # shared timing
 
 VOCAB, CONTEXT, DIM, LAYERS, HEADS, BATCH = 50304, 1024, 768, 12, 12, 8
 STEPS, WARMUP = 5, 3
 
 
 def _median_ms(step, record, elapsed, sync) -> float:
-    for _ in range(WARMUP):
-        step()
-    sync()
-    times = []
-    for _ in range(3):
-        a = record()
-        for _ in range(STEPS):
-            step()
-        b = record()
-        sync()
-        times.append(elapsed(a, b) / STEPS)
-    return statistics.median(times)
-
-
-def _batch(rank: int):
-    rng = np.random.default_rng(rank)
-    ids = rng.integers(0, VOCAB, size=(BATCH, CONTEXT + 1))
-    return ids[:, :-1].astype(np.int64), ids[:, 1:].astype(np.int64)
+    return median_ms(step, record, elapsed, sync, warmup=WARMUP, rounds=3, reps=STEPS)
 
 
 def ignis_ms(rank: int) -> float:
@@ -60,7 +43,7 @@ def ignis_ms(rank: int) -> float:
     )
     ddp = DistributedDataParallel(model)
     opt = optim.AdamW(ddp.parameters(), lr=3e-4, weight_decay=0.1, master_weights=True)
-    xh, yh = _batch(rank)
+    xh, yh = batch_ids(rank, VOCAB, CONTEXT, BATCH)
     x, y = ignis.asarray(xh), ignis.asarray(yh)
 
     def step():
@@ -81,44 +64,15 @@ def torch_ms(rank: int) -> float | None:
     except ImportError:
         return None
     import torch.distributed as tdist
-    import torch.nn as tnn
     import torch.nn.functional as F
 
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     tdist.init_process_group("nccl")
-
-    class Block(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = tnn.LayerNorm(DIM), tnn.LayerNorm(DIM)
-            self.qkv, self.proj = tnn.Linear(DIM, 3 * DIM), tnn.Linear(DIM, DIM)
-            self.fc, self.out = tnn.Linear(DIM, 4 * DIM), tnn.Linear(4 * DIM, DIM)
-
-        def forward(self, h):
-            b, t, _ = h.shape
-            q, k, v = self.qkv(self.ln1(h)).split(DIM, dim=-1)
-            q, k, v = (z.view(b, t, HEADS, DIM // HEADS).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            h = h + self.proj(a.transpose(1, 2).reshape(b, t, DIM))
-            return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
-
-    class GPT(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok, self.pos = tnn.Embedding(VOCAB, DIM), tnn.Embedding(CONTEXT, DIM)
-            self.blocks = tnn.ModuleList(Block() for _ in range(LAYERS))
-            self.ln = tnn.LayerNorm(DIM)
-
-        def forward(self, ids):
-            h = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
-            for blk in self.blocks:
-                h = blk(h)
-            return self.ln(h) @ self.tok.weight.T
-
-    torch.manual_seed(0)
-    model = tnn.parallel.DistributedDataParallel(GPT().cuda())
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch_gpt(VOCAB, CONTEXT, DIM, LAYERS, HEADS)
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
-    xh, yh = _batch(rank)
+    xh, yh = batch_ids(rank, VOCAB, CONTEXT, BATCH)
     x, y = torch.from_numpy(xh).cuda(), torch.from_numpy(yh).cuda()
 
     def step():
@@ -128,12 +82,7 @@ def torch_ms(rank: int) -> float | None:
         loss.backward()
         opt.step()
 
-    def record():
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    ms = _median_ms(step, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
+    ms = _median_ms(step, torch_event, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
     tdist.destroy_process_group()
     return ms
 
@@ -164,19 +113,7 @@ def main() -> int:
     )
     print("| GPUs | ignis ms/step | ignis tok/s/GPU | torch tok/s/GPU | vs torch |")
     print("|---|---|---|---|---|", flush=True)
-    for n in sorted({1, 2, 4, 8, n_gpus} & set(range(1, n_gpus + 1))):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ignis.distributed.run",
-                "--nproc-per-node",
-                str(n),
-                __file__,
-                "--rank",
-            ],
-            check=True,
-        )
+    run_per_gpu_count(__file__, sorted({1, 2, 4, 8, n_gpus} & set(range(1, n_gpus + 1))))
     return 0
 
 

@@ -15,10 +15,10 @@ Run on a GPU machine: ``python benchmarks/gpt_step.py``. Prints a Markdown table
 from __future__ import annotations
 
 import math
-import statistics
 import sys
 
 import numpy as np
+from reduction import median_ms, torch_event  # shared timing
 
 import ignis
 import ignis_autograd as ag
@@ -28,25 +28,62 @@ VOCAB, CONTEXT, DIM, LAYERS, HEADS, BATCH = 65, 256, 384, 6, 6, 64
 ROUNDS, STEPS, WARMUP = 5, 5, 3
 
 
-def _batch(seed: int) -> tuple[np.ndarray, np.ndarray]:
+def batch_ids(
+    seed: int, vocab: int = VOCAB, context: int = CONTEXT, batch: int = BATCH
+) -> tuple[np.ndarray, np.ndarray]:
+    """Random token ids (batch, context) and their next tokens, int64."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, VOCAB, size=(BATCH, CONTEXT + 1))
+    ids = rng.integers(0, vocab, size=(batch, context + 1))
     return ids[:, :-1].astype(np.int64), ids[:, 1:].astype(np.int64)
 
 
 def _median_ms(step, record, elapsed, sync) -> float:
-    for _ in range(WARMUP):
-        step()
-    sync()
-    samples = []
-    for _ in range(ROUNDS):
-        a = record()
-        for _ in range(STEPS):
-            step()
-        b = record()
-        sync()
-        samples.append(elapsed(a, b) / STEPS)
-    return statistics.median(samples)
+    return median_ms(step, record, elapsed, sync, warmup=WARMUP, rounds=ROUNDS, reps=STEPS)
+
+
+def torch_gpt(
+    vocab: int = VOCAB,
+    context: int = CONTEXT,
+    dim: int = DIM,
+    layers: int = LAYERS,
+    heads: int = HEADS,
+):
+    """The benchmark's model in plain PyTorch (float32, on the current CUDA device): pre-norm
+    blocks of causal SDPA attention and a tanh-GELU MLP of 4x width, tied embeddings."""
+    import torch
+    import torch.nn as tnn
+    import torch.nn.functional as F
+
+    class Block(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = tnn.LayerNorm(dim), tnn.LayerNorm(dim)
+            self.qkv, self.proj = tnn.Linear(dim, 3 * dim), tnn.Linear(dim, dim)
+            self.fc, self.out = tnn.Linear(dim, 4 * dim), tnn.Linear(4 * dim, dim)
+
+        def forward(self, h):
+            b, t, _ = h.shape
+            q, k, v = self.qkv(self.ln1(h)).split(dim, dim=-1)
+            q, k, v = (z.view(b, t, heads, dim // heads).transpose(1, 2) for z in (q, k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            h = h + self.proj(a.transpose(1, 2).reshape(b, t, dim))
+            return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
+
+    class GPT(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = tnn.Embedding(vocab, dim), tnn.Embedding(context, dim)
+            self.blocks = tnn.ModuleList(Block() for _ in range(layers))
+            self.ln = tnn.LayerNorm(dim)
+
+        def forward(self, ids):
+            h = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+            for blk in self.blocks:
+                h = blk(h)
+            return self.ln(h) @ self.tok.weight.T
+
+    torch.manual_seed(0)
+    return GPT().cuda()
 
 
 def time_ignis(dtype: str, graph: bool) -> tuple[float, float]:
@@ -55,7 +92,7 @@ def time_ignis(dtype: str, graph: bool) -> tuple[float, float]:
                    dtype=dtype)
     half = dtype != "float32"
     opt = optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, master_weights=half)
-    x_host, y_host = _batch(1)
+    x_host, y_host = batch_ids(1)
     x = ignis.asarray(x_host, device="cuda")
     y = ignis.asarray(y_host, device="cuda")
 
@@ -86,41 +123,11 @@ def time_ignis(dtype: str, graph: bool) -> tuple[float, float]:
 
 def time_torch(dtype: str) -> tuple[float, float]:
     import torch
-    import torch.nn as tnn
     import torch.nn.functional as F
 
-    class Block(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = tnn.LayerNorm(DIM), tnn.LayerNorm(DIM)
-            self.qkv, self.proj = tnn.Linear(DIM, 3 * DIM), tnn.Linear(DIM, DIM)
-            self.fc, self.out = tnn.Linear(DIM, 4 * DIM), tnn.Linear(4 * DIM, DIM)
-
-        def forward(self, h):
-            b, t, _ = h.shape
-            q, k, v = self.qkv(self.ln1(h)).split(DIM, dim=-1)
-            q, k, v = (z.view(b, t, HEADS, DIM // HEADS).transpose(1, 2) for z in (q, k, v))
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            h = h + self.proj(a.transpose(1, 2).reshape(b, t, DIM))
-            return h + self.out(F.gelu(self.fc(self.ln2(h)), approximate="tanh"))
-
-    class GPT(tnn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok, self.pos = tnn.Embedding(VOCAB, DIM), tnn.Embedding(CONTEXT, DIM)
-            self.blocks = tnn.ModuleList(Block() for _ in range(LAYERS))
-            self.ln = tnn.LayerNorm(DIM)
-
-        def forward(self, ids):
-            h = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
-            for blk in self.blocks:
-                h = blk(h)
-            return self.ln(h) @ self.tok.weight.T
-
-    torch.manual_seed(0)
-    model = GPT().cuda()
+    model = torch_gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
-    x_host, y_host = _batch(1)
+    x_host, y_host = batch_ids(1)
     x, y = torch.from_numpy(x_host).cuda(), torch.from_numpy(y_host).cuda()
     autocast = dtype != "float32"
 
@@ -134,12 +141,7 @@ def time_torch(dtype: str) -> tuple[float, float]:
         opt.step()
         return loss
 
-    def record():
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    ms = _median_ms(step, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
+    ms = _median_ms(step, torch_event, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
     return ms, float(step().item())
 
 

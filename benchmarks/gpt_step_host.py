@@ -88,7 +88,7 @@ def build_step(dtype: str) -> Any:
                    gpt_step.HEADS, activation="gelu_tanh", device="cuda", dtype=dtype)
     opt = optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1,
                       master_weights=dtype != "float32")
-    x_host, y_host = gpt_step._batch(1)
+    x_host, y_host = gpt_step.batch_ids(1)
     x = ignis.asarray(x_host, device="cuda")
     y = ignis.asarray(y_host, device="cuda")
     vocab = gpt_step.VOCAB

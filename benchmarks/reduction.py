@@ -39,19 +39,24 @@ def median_ms(
     record: Callable[[], Any],
     elapsed: Callable[[Any, Any], float],
     sync: Callable[[], None],
+    *,
+    warmup: int = WARMUP,
+    rounds: int = ROUNDS,
+    reps: int = REPS,
 ) -> float:
-    """Median over rounds of milliseconds per call of ``run`` (device time between events)."""
-    for _ in range(WARMUP):
+    """Median over ``rounds`` of milliseconds per call of ``run`` (device time between events
+    around ``reps`` calls), after ``warmup`` calls."""
+    for _ in range(warmup):
         run()
     sync()
     samples = []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         start = record()
-        for _ in range(REPS):
+        for _ in range(reps):
             run()
         end = record()
         sync()
-        samples.append(elapsed(start, end) / REPS)
+        samples.append(elapsed(start, end) / reps)
     return statistics.median(samples)
 
 
@@ -62,15 +67,19 @@ def time_ignis(fn: Callable[[], Any]) -> float:
     )
 
 
+def torch_event() -> Any:
+    """A timing CUDA event recorded now on PyTorch's current stream."""
+    import torch
+
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
 def time_torch(fn: Callable[[], Any]) -> float:
     import torch
 
-    def record() -> Any:
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    return median_ms(fn, record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
+    return median_ms(fn, torch_event, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
 
 
 def time_cupy(fn: Callable[[], Any]) -> float:
