@@ -350,13 +350,15 @@ def _rope_transpose(g, need, positions, offset, base, interleaved):
 
 
 @rule("scaled_dot_product_attention")
-def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv):
+def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv,
+                                  drop=None):  # fmt: skip
     # inputs (q, k, v), saved as the 4-D (possibly strided) views the kernels read; the fused
-    # backward recomputes the probabilities from lse.
+    # backward recomputes the probabilities from lse. drop: the forward's AttentionDropout (the
+    # dropout op's rule in attention.py passes it, so that the backward draws the same mask).
     if not any(need):
         return None, None, None
     dq, dk, dv = ignis.nn.attention_backward(
-        g.reshape(out.shape), q, k, v, out, lse, causal=causal, scale=scale
+        g.reshape(out.shape), q, k, v, out, lse, causal=causal, scale=scale, dropout=drop
     )
     return (
         dq.reshape(sq) if need[0] else None,
@@ -366,18 +368,20 @@ def _scaled_dot_product_attention(g, need, q, k, v, out, lse, causal, scale, sq,
 
 
 @rule("packed_attention")
-def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h, qkv):
+def _packed_attention(g, need, q, k, v, out, lse, causal, scale, h, qkv, drop=None):
     # input qkv (B, T, 3 * dim); q/k/v/out saved as (B, H, T, hd) views of qkv and of the
     # (B, T, H, hd) output. The kernels read g through a (B, H, T, hd) view and write dq, dk, dv
-    # straight into the three slots of one (B, T, 3, H, hd) gradient: no copies.
+    # straight into the three slots of one (B, T, 3, H, hd) gradient: no copies. drop: as for
+    # _scaled_dot_product_attention.
     b, n, dim = g.shape
     hd = dim // h
     g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3)
     grad = ignis.empty((b, n, 3, h, hd), dtype=q.dtype, device=q.device)
     slots = grad.permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
     ignis.nn.attention_backward(
-        g4, q, k, v, out, lse, causal=causal, scale=scale, dq=slots[0], dk=slots[1], dv=slots[2]
-    )
+        g4, q, k, v, out, lse, causal=causal, scale=scale, dq=slots[0], dk=slots[1], dv=slots[2],
+        dropout=drop,
+    )  # fmt: skip
     return (grad.reshape(b, n, 3 * dim),)
 
 

@@ -35,7 +35,7 @@ from ignis._array._attention_dropout import check_p, keep_mask
 import ignis
 from ignis import NvArray, ShapeError
 
-from ._rules import rule
+from ._rules import _packed_attention, _scaled_dot_product_attention, rule
 from .functional import where
 from .tensor import Tensor, apply, as_data
 
@@ -180,45 +180,17 @@ def _no_higher_order(g: Any, op: str) -> None:
 
 
 @rule("scaled_dot_product_attention_dropout")
-def _sdpa_dropout_vjp(g, need, q, k, v, out, lse, causal, scale, sq, sk, sv, drop):
-    # as scaled_dot_product_attention's rule, with the forward's dropout (the same mask)
+def _sdpa_dropout_vjp(g, need, *ctx):
+    # scaled_dot_product_attention's rule; ctx ends with the forward's dropout (the same mask)
     _no_higher_order(g, "scaled_dot_product_attention")
-    if not any(need):
-        return None, None, None
-    dq, dk, dv = ignis.nn.attention_backward(
-        g.reshape(out.shape), q, k, v, out, lse, causal=causal, scale=scale, dropout=drop
-    )
-    return (
-        dq.reshape(sq) if need[0] else None,
-        dk.reshape(sk) if need[1] else None,
-        dv.reshape(sv) if need[2] else None,
-    )
+    return _scaled_dot_product_attention(g, need, *ctx)
 
 
 @rule("packed_attention_dropout")
-def _packed_dropout_vjp(g, need, q, k, v, out, lse, causal, scale, h, qkv, drop):
-    # as packed_attention's rule: dq, dk, dv written into the slots of one qkv gradient
+def _packed_dropout_vjp(g, need, *ctx):
+    # packed_attention's rule; ctx ends with the forward's dropout (the same mask)
     _no_higher_order(g, "packed_attention")
-    b, n, dim = g.shape
-    hd = dim // h
-    g4 = g.reshape(b, n, h, hd).permute(0, 2, 1, 3)
-    grad = ignis.empty((b, n, 3, h, hd), dtype=q.dtype, device=q.device)
-    slots = grad.permute(2, 0, 3, 1, 4)  # (3, B, H, T, hd)
-    ignis.nn.attention_backward(
-        g4,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        causal=causal,
-        scale=scale,
-        dq=slots[0],
-        dk=slots[1],
-        dv=slots[2],
-        dropout=drop,
-    )
-    return (grad.reshape(b, n, 3 * dim),)
+    return _packed_attention(g, need, *ctx)
 
 
 def packed_attention(
