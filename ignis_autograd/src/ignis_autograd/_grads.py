@@ -1,4 +1,5 @@
-"""Clearing gradients: what ``Module.zero_grad`` and ``Optimizer.zero_grad`` both do."""
+"""Clearing gradients: what ``Module.zero_grad`` and ``Optimizer.zero_grad`` both do; moving
+gradients into views of one flat buffer: what DDP buckets and ZeRO-1 shards both do."""
 
 from __future__ import annotations
 
@@ -34,3 +35,18 @@ def zero_grads(params: Iterable[Tensor], set_to_none: bool = False) -> None:
             g.fill_(0)
     for grads in together.values():
         ignis.nn.multi_tensor_zero_(grads)
+
+
+def gather_grads_into(params: Iterable[Tensor], views: Iterable[NvArray]) -> None:
+    """Make each parameter's ``grad`` its view in ``views`` (same order): a gradient that lives
+    elsewhere is copied in, a parameter that got none gets zeros (so that every rank reduces
+    the same buffer), and from then on ``grad`` is the view (``zero_grad()`` keeps it there)."""
+    for p, view in zip(params, views, strict=True):
+        g = p.grad
+        if g is view:
+            continue
+        if g is None:
+            view.fill_(0)
+        else:
+            view.copy_(g if isinstance(g, NvArray) else g.data)  # (a Tensor: create_graph=True)
+        p.grad = view

@@ -25,7 +25,7 @@ from typing import Any
 import ignis
 from ignis import DTypeError, NvArray
 
-from .._grads import zero_grads
+from .._grads import gather_grads_into, zero_grads
 from .._graph import grad_dtype
 from ..tensor import Tensor
 from .optimizers import AdamW
@@ -72,15 +72,7 @@ class _Shard:
         self._grad_slice = self.flat_grad[lo:hi]
 
     def gather_grads(self) -> None:
-        for p, view in zip(self.params, self.grad_views, strict=True):
-            g = p.grad
-            if g is view:
-                continue
-            if g is None:
-                view.fill_(0)
-            else:
-                view.copy_(g if isinstance(g, NvArray) else g.data)
-            p.grad = view  # a view from now on: zero_grad() keeps it in place
+        gather_grads_into(self.params, self.grad_views)
 
     def local_grad_from_own(self) -> None:
         self.local.grad.copy_(self._grad_slice)

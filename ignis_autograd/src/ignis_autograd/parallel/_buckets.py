@@ -20,6 +20,7 @@ from typing import Any
 import ignis
 from ignis import NvArray
 
+from .._grads import gather_grads_into
 from .._graph import grad_dtype
 
 __all__ = ["Bucket", "assign_buckets", "make_buckets"]
@@ -86,17 +87,7 @@ class Bucket:
         """Make each parameter's ``grad`` its view of :attr:`flat` (copying a gradient that
         lives elsewhere; zeros for a parameter that got none, so every rank reduces the same
         buffer)."""
-        for p, view in zip(self.params, self.views, strict=True):
-            g = p.grad
-            if g is view:
-                continue
-            if g is None:
-                view.fill_(0)
-            else:
-                if not isinstance(g, NvArray):
-                    g = g.data  # a Tensor left by backward(create_graph=True)
-                view.copy_(g)
-            p.grad = view
+        gather_grads_into(self.params, self.views)
 
     def __repr__(self) -> str:
         return f"<Bucket {self.index}: {len(self.params)} parameters, {self.nbytes} bytes>"
