@@ -264,11 +264,7 @@ class ProcessGroup:
         name = "all_gather_into_tensor"
         out, x = self._array(output, name, "output"), self._array(input, name, "input")
         self._same_dtype(out, x, name)
-        if out.numel != x.numel * self.world_size:
-            raise ShapeError(
-                f"{name}: output has {out.numel} elements, expected world_size * input.numel = "
-                f"{self.world_size} * {x.numel} = {self.world_size * x.numel}"
-            )
+        self._world_times(out, "output", x, "input", name)
         dtype = nccl_dtype(x.dtype, name)
 
         def call(s: int) -> None:
@@ -284,11 +280,7 @@ class ProcessGroup:
         name = "reduce_scatter_tensor"
         out, x = self._array(output, name, "output"), self._array(input, name, "input")
         self._same_dtype(out, x, name)
-        if x.numel != out.numel * self.world_size:
-            raise ShapeError(
-                f"{name}: input has {x.numel} elements, expected world_size * output.numel = "
-                f"{self.world_size} * {out.numel} = {self.world_size * out.numel}"
-            )
+        self._world_times(x, "input", out, "output", name)
         red = self._op(op, name)
         dtype = nccl_dtype(x.dtype, name)
 
@@ -352,6 +344,17 @@ class ProcessGroup:
         if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size:
             raise ValueError(f"{name}: {what} must be a rank in [0, {self.world_size}), got {r!r}")
         return int(r)
+
+    def _world_times(
+        self, whole: NvArray, whole_name: str, part: NvArray, part_name: str, name: str
+    ) -> None:
+        """``whole`` must hold ``world_size`` blocks of ``part``'s size (gather / scatter)."""
+        if whole.numel != part.numel * self.world_size:
+            raise ShapeError(
+                f"{name}: {whole_name} has {whole.numel} elements, expected world_size * "
+                f"{part_name}.numel = {self.world_size} * {part.numel} = "
+                f"{self.world_size * part.numel}"
+            )
 
     @staticmethod
     def _same_dtype(a: NvArray, b: NvArray, name: str) -> None:
