@@ -884,6 +884,22 @@ def dev(x: np.ndarray, dtype: str) -> ignis.NvArray:
     return ignis.NvArray.from_host(np.ascontiguousarray(x), dtype=dtype, device=CUDA)
 
 
+def check_out_views(a, b, x, y, dtype: str, picks: dict, what: str, rng) -> None:
+    """``matmul(a, b, alpha=1, beta=0.5, out=view)`` for each ``picks`` entry ``name: (storage
+    shape, view of it)``: the view against NumPy, and nothing outside it changed."""
+    for name, (shape, pick) in picks.items():
+        big0 = rand(rng, shape, dtype)
+        big = dev(big0, dtype)
+        view = pick(big)
+        ignis.matmul(a, b, alpha=1.0, beta=0.5, out=view)
+        ref, scale = reference(x, y, 1.0, 0.5, pick(big0))
+        bound_check(view.to_host(), ref, scale, TOL[dtype], f"{what} out view {name}")
+        outside = np.ones(shape, bool)
+        pick(outside)[...] = False
+        assert big.to_host()[outside].tobytes() == big0[outside].tobytes(), \
+            f"{what}: matmul wrote outside the out view {name}"
+
+
 def torch_matmul(x: np.ndarray, y: np.ndarray, dtype: str, tf32: bool = False) -> np.ndarray | None:
     """torch's product of the same data on the GPU (None without torch)."""
     try:
@@ -1005,17 +1021,7 @@ def test_alpha_beta_and_out(engine, dtype):
         "T": ((n + 3, m + 2), lambda arr: arr.T[1:m + 1, 2:n + 2]),
         "step": ((2 * m + 2, 2 * n + 3), lambda arr: arr[: 2 * m : 2, 1 : 2 * n + 1 : 2]),
     }
-    for name, (shape, pick) in picks.items():
-        big0 = rand(rng, shape, dtype)
-        big = dev(big0, dtype)
-        view = pick(big)
-        ignis.matmul(a, b, alpha=1.0, beta=0.5, out=view)
-        ref, scale = reference(x, y, 1.0, 0.5, pick(big0))
-        bound_check(view.to_host(), ref, scale, TOL[dtype], f"{engine} {dtype} out view {name}")
-        outside = np.ones(shape, bool)
-        pick(outside)[...] = False
-        assert big.to_host()[outside].tobytes() == big0[outside].tobytes(), \
-            f"{engine} {dtype}: matmul wrote outside the out view {name}"
+    check_out_views(a, b, x, y, dtype, picks, f"{engine} {dtype}", rng)
 
 
 @pytest.mark.gpu

@@ -19,7 +19,7 @@ from array_helpers import PRODUCT_TOL as TOL
 from array_helpers import bound_check
 from ignis._array._cuda_backend import matmul as mm
 from ignis._array._cuda_backend import matmul_sm90 as sm90
-from test_cuda_matmul import NP, rand, reference
+from test_cuda_matmul import NP, check_out_views, dev, rand, reference
 
 import ignis
 from ignis import _dtypes as dt
@@ -655,10 +655,6 @@ def own(monkeypatch):
     return names
 
 
-def dev(x: np.ndarray, dtype: str) -> ignis.NvArray:
-    return ignis.NvArray.from_host(np.ascontiguousarray(x), dtype=dtype, device="cuda:0")
-
-
 def padded(rng, rows: int, cols: int, dtype: str) -> tuple[np.ndarray, ignis.NvArray]:
     """A rows x cols operand (host copy, device view) inside storage whose rows are padded to
     a multiple of 8 elements (16 bytes), so that TMA can read any column count."""
@@ -763,16 +759,7 @@ def test_alpha_beta_and_out_views(own, tune, dtype, tile_n):
         "T": ((n + 3, m + 2), lambda arr: arr.T[1 : m + 1, 2 : n + 2]),
         "odd": ((m + 1, n + 3), lambda arr: arr[1:, 3:]),
     }
-    for name, (shape, pick) in picks.items():
-        big0 = rand(rng, shape, dtype)
-        big = dev(big0, dtype)
-        view = pick(big)
-        ignis.matmul(a, b, alpha=1.0, beta=0.5, out=view)
-        ref, scale = reference(x, y, 1.0, 0.5, pick(big0))
-        bound_check(view.to_host(), ref, scale, TOL[dtype], f"{dtype} out view {name}")
-        outside = np.ones(shape, bool)
-        pick(outside)[...] = False
-        assert big.to_host()[outside].tobytes() == big0[outside].tobytes(), name
+    check_out_views(a, b, x, y, dtype, picks, dtype, rng)
     assert len(own) == 4
 
 
