@@ -396,13 +396,7 @@ def fake(monkeypatch):
     )
     monkeypatch.setattr(mm, "_cublas_enabled", False)  # the own kernels
     monkeypatch.setattr(mm, "_force_family", None)
-    g.optin = []
-    monkeypatch.setattr(
-        fake_gpu.cu,
-        "cuFuncSetAttribute",
-        lambda fn, attr, value: g.optin.append((fn.name, value)),
-        raising=False,
-    )
+    fake_gpu.record_optin(monkeypatch, g)
     yield g
     fake_gpu.uninstall()
     sys.modules.pop("fake_gpu", None)

@@ -683,14 +683,7 @@ def fake(monkeypatch):
     fake_gpu = __import__("fake_gpu")
     g = fake_gpu.install(monkeypatch)
     monkeypatch.setattr(cuda_attention, "library_kernel", fake_gpu._library_kernel)
-    # Kernels above 48 KiB of shared memory opt in per function: record the request.
-    g.optin = []
-    monkeypatch.setattr(
-        fake_gpu.cu,
-        "cuFuncSetAttribute",
-        lambda fn, attr, value: g.optin.append((fn.name, value)),
-        raising=False,
-    )
+    fake_gpu.record_optin(monkeypatch, g)
     yield g
     fake_gpu.uninstall()
     sys.modules.pop("fake_gpu", None)

@@ -176,6 +176,18 @@ def install(
     return gpu
 
 
+def record_optin(monkeypatch: pytest.MonkeyPatch, gpu: FakeGpu) -> None:
+    """Record each kernel's shared-memory opt-in (``cuFuncSetAttribute``: kernels above 48 KiB
+    opt in per function) as ``(kernel name, bytes)`` in ``gpu.optin``."""
+    gpu.optin = []
+    monkeypatch.setattr(
+        cu,
+        "cuFuncSetAttribute",
+        lambda fn, attr, value: gpu.optin.append((fn.name, value)),
+        raising=False,
+    )
+
+
 def uninstall() -> None:
     """Free what the test left and drop the cuda backends built on the fake devices; call it
     before the monkeypatch undo (a fixture's teardown, after ``yield``)."""
