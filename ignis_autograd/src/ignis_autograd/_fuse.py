@@ -30,7 +30,7 @@ from ignis._fuse import Fused, register_handler
 from ignis import NvArray
 
 from .function import Function, once_differentiable
-from .tensor import Tensor, as_data, needs_grad
+from .tensor import Tensor, _plain, as_data, needs_grad
 
 __all__ = ["install"]
 
@@ -41,15 +41,9 @@ def _wrap(out: Any) -> Any:
     return Tensor(out)
 
 
-def _traced_tensor(value: Any) -> Tensor:
-    """A Tensor around a traced value: the fused function is traced with these, so that the
-    ``ignis_autograd`` functions and Tensor methods it calls work as they would unfused."""
-    t = Tensor.__new__(Tensor)
-    t.data = value
-    t.grad = None
-    t.grad_fn = None
-    t._requires_grad = False
-    return t
+# A Tensor around a traced value, in no graph: the fused function is traced with these, so
+# that the ``ignis_autograd`` functions and Tensor methods it calls work as they would unfused.
+_traced_tensor = _plain
 
 
 def _function(fused: Fused) -> type[Function]:
