@@ -64,6 +64,35 @@ _BLOCK = 256
 _UNROLL = 4
 
 
+def _unrolled_loop(early: list[str], preloads: list[str], body: list[str]) -> list[str]:
+    """The grid-stride loop of the contiguous form: each thread declares the registers
+    ``early`` for its _UNROLL elements (``i``, ``i + blockDim.x``, ...), fills them
+    (``preloads``), then runs ``body`` (bindings and the operation) on each. An output that is
+    also an input (``k(x, x)``) stays correct: element ``i`` is loaded before element ``i`` is
+    stored, and no other element is stored meanwhile."""
+    u, step = _UNROLL, "(long long)blockDim.x"
+    return [
+        f"  for (long long _b = (long long)blockIdx.x * {step} * {u} + threadIdx.x; _b < _n;",
+        f"       _b += (long long)gridDim.x * {step} * {u}) {{",
+        *("    " + e for e in early),
+        "#pragma unroll",
+        f"    for (int _u = 0; _u < {u}; ++_u) {{",
+        f"      long long i = _b + _u * {step};",
+        "      if (i < _n) {",
+        *("        " + ld for ld in preloads),
+        "      }",
+        "    }",
+        "#pragma unroll",
+        f"    for (int _u = 0; _u < {u}; ++_u) {{",
+        f"      long long i = _b + _u * {step};",
+        "      if (i < _n) {",
+        *("        " + b for b in body),
+        "      }",
+        "    }",
+        "  }",
+    ]
+
+
 def _unrolled(params: Sequence[Any], nd: int) -> bool:
     """Whether a specialization takes the unrolled form: contiguous arrays, no raw parameter
     (a raw array is indexed by the operation, which the early loads must not reorder)."""
@@ -255,7 +284,9 @@ class ElementwiseKernel:
             *RAW_STRUCTS,
             self.preamble,
         ]
+        unrolled = _unrolled(params, nd)
         sig, loads = [], []
+        early, preloads = [], []  # the unrolled form's input registers, filled before computing
         arr_k = 0
         for p, is_arr in zip(params, values_are_arrays, strict=True):
             c = CTYPE[types[p.name]]
@@ -267,8 +298,14 @@ class ElementwiseKernel:
                 # (no __restrict__: an output may be an input too, as in k(x, x))
                 sig.append(f"{const}{c}* _p_{p.name}")
                 off = "i" if nd == 0 else f"_o{arr_k}"
-                ref = "&" if p.is_output else ""
-                loads.append(f"{const}{c}{ref} {p.name} = _p_{p.name}[{off}];")
+                if p.is_output:
+                    loads.append(f"{c}& {p.name} = _p_{p.name}[{off}];")
+                elif unrolled:
+                    early.append(f"{c} _v_{p.name}[{_UNROLL}];")
+                    preloads.append(f"_v_{p.name}[_u] = _p_{p.name}[i];")
+                    loads.append(f"const {c} {p.name} = _v_{p.name}[_u];")
+                else:
+                    loads.append(f"const {c} {p.name} = _p_{p.name}[{off}];")
                 arr_k += 1
             elif types[p.name].kind == "c":
                 part = "float" if types[p.name] is dt.complex64 else "double"
@@ -279,85 +316,33 @@ class ElementwiseKernel:
         sig.append("const long long _n")
         sig += [f"const long long _s{d}" for d in range(nd)]
         sig += [f"const long long _t{k}_{d}" for k in range(arr_k) for d in range(nd)]
-        if _unrolled(params, nd):
-            loop = self._unrolled_loop(params, values_are_arrays, types)
-            lines += [
-                f'extern "C" __global__ void {self.name}({", ".join(sig)}) {{',
-                "  const IgnisIndex _ind = {_n};",
-                "  (void)_ind;",
-                *loop,
-                "}",
-            ]
-            return "\n".join(lines) + "\n"
-        body = []
-        if nd:  # the flat index unravelled over the merged shape, last dimension fastest
-            body.append("    long long _r = i, _c;")
-            for k in range(arr_k):
-                body.append(f"    long long _o{k} = 0;")
-            for d in range(nd - 1, -1, -1):
-                body.append(f"    _c = _r % _s{d}; _r /= _s{d};" if d else "    _c = _r;")
+        operation = self.operation.rstrip().rstrip(";") + ";"
+        if unrolled:
+            loop = _unrolled_loop(early, preloads, [*loads, operation])
+        else:
+            body = []
+            if nd:  # the flat index unravelled over the merged shape, last dimension fastest
+                body.append("long long _r = i, _c;")
                 for k in range(arr_k):
-                    body.append(f"    _o{k} += _c * _t{k}_{d};")
-        body += ["    " + s for s in loads]
-        body.append("    " + self.operation.rstrip().rstrip(";") + ";")
+                    body.append(f"long long _o{k} = 0;")
+                for d in range(nd - 1, -1, -1):
+                    body.append(f"_c = _r % _s{d}; _r /= _s{d};" if d else "_c = _r;")
+                    for k in range(arr_k):
+                        body.append(f"_o{k} += _c * _t{k}_{d};")
+            loop = [
+                "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < _n;",
+                "       i += (long long)gridDim.x * blockDim.x) {",
+                *("    " + b for b in [*body, *loads, operation]),
+                "  }",
+            ]
         lines += [
             f'extern "C" __global__ void {self.name}({", ".join(sig)}) {{',
             "  const IgnisIndex _ind = {_n};",
             "  (void)_ind;",
-            "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < _n;",
-            "       i += (long long)gridDim.x * blockDim.x) {",
-            *body,
-            "  }",
+            *loop,
             "}",
         ]
         return "\n".join(lines) + "\n"
-
-    def _unrolled_loop(
-        self, params: Sequence[Any], values_are_arrays: Sequence[bool], types: dict[str, dt.DType]
-    ) -> list[str]:
-        """The grid-stride loop of the contiguous form: each thread loads the array inputs of
-        its _UNROLL elements (``i``, ``i + blockDim.x``, ...), then runs the operation on each.
-        An output that is also an input (``k(x, x)``) stays correct: element ``i`` is loaded
-        before element ``i`` is stored, and no other element is stored meanwhile."""
-        from ._array._cuda_backend._kernels import CTYPE
-
-        u = _UNROLL
-        early, bind = [], []
-        for p, is_arr in zip(params, values_are_arrays, strict=True):
-            c = CTYPE[types[p.name]]
-            if is_arr and not p.is_output:
-                early.append(f"{c} _v_{p.name}[{u}];")
-                bind.append(
-                    (f"_v_{p.name}[_u] = _p_{p.name}[i];", f"const {c} {p.name} = _v_{p.name}[_u];")
-                )
-            elif is_arr:
-                bind.append((None, f"{c}& {p.name} = _p_{p.name}[i];"))
-            elif types[p.name].kind == "c":
-                bind.append((None, f"const {c} {p.name}(_re_{p.name}, _im_{p.name});"))
-        loads = [b[0] for b in bind if b[0]]
-        refs = [b[1] for b in bind]
-        step = "(long long)blockDim.x"
-        return [
-            f"  for (long long _b = (long long)blockIdx.x * {step} * {u} + threadIdx.x; _b < _n;",
-            f"       _b += (long long)gridDim.x * {step} * {u}) {{",
-            *("    " + e for e in early),
-            "#pragma unroll",
-            f"    for (int _u = 0; _u < {u}; ++_u) {{",
-            f"      long long i = _b + _u * {step};",
-            "      if (i < _n) {",
-            *("        " + ld for ld in loads),
-            "      }",
-            "    }",
-            "#pragma unroll",
-            f"    for (int _u = 0; _u < {u}; ++_u) {{",
-            f"      long long i = _b + _u * {step};",
-            "      if (i < _n) {",
-            *("        " + r for r in refs),
-            "        " + self.operation.rstrip().rstrip(";") + ";",
-            "      }",
-            "    }",
-            "  }",
-        ]
 
     def _compile(self, params, values, types, nd, device):
         from ._array.array import NvArray
