@@ -7,7 +7,8 @@ of CUDA-event-timed repeats after a warm-up (which also compiles the own kernels
 TFLOP/s (2 n^3 flops per product), the ratio to torch, the own kernels' fraction of ignis with
 cuBLAS, and the largest difference from torch's result relative to the result's largest element.
 On a GPU of compute capability 9.0 the bfloat16 mode also times the own Hopper kernel
-(``gemm_wgmma``, the ``matmul.wgmma`` setting) with both of its tiles, beside the mma.sync one.
+(``gemm_wgmma``, the ``matmul.wgmma`` setting) with both of its tiles, persistent (one block a
+multiprocessor, the default) and with one block a tile, beside the mma.sync one.
 
 Run on a GPU machine: ``python benchmarks/matmul.py [--sizes 4096,8192] [--seconds 0.6]``.
 Prints a Markdown table.
@@ -56,8 +57,10 @@ def time_ms(run: Callable[[], Any], record: Callable[[], Any], elapsed: Callable
 
 
 def bench_ignis(a: ignis.NvArray, b: ignis.NvArray, out: ignis.NvArray, cublas: bool, tf32: bool,
-                budget_s: float, wgmma_tile_n: int | None = None) -> tuple[float, np.ndarray]:
-    """``wgmma_tile_n``: run the own kernels on gemm_wgmma with that tile width."""
+                budget_s: float, wgmma_tile_n: int | None = None,
+                persistent: bool = True) -> tuple[float, np.ndarray]:
+    """``wgmma_tile_n``: run the own kernels on gemm_wgmma with that tile width, ``persistent``
+    or one block a tile."""
     mm.set_cublas_enabled(cublas)
     mm.set_allow_tf32(tf32)
     stream = ignis.current_stream()
@@ -65,7 +68,8 @@ def bench_ignis(a: ignis.NvArray, b: ignis.NvArray, out: ignis.NvArray, cublas: 
     def record() -> ignis.Event:
         return ignis.Event().record(stream)
 
-    wgmma = dict(wgmma=wgmma_tile_n is not None, wgmma_tile_n=wgmma_tile_n or 128)
+    wgmma = dict(wgmma=wgmma_tile_n is not None, wgmma_tile_n=wgmma_tile_n or 128,
+                 wgmma_persistent=persistent)
     with ignis.tuning(matmul=wgmma):
         ms = time_ms(lambda: ignis.matmul(a, b, out=out), record, lambda s, e: s.elapsed_time(e),
                      stream.synchronize, budget_s)
@@ -130,8 +134,10 @@ def main() -> None:
                 results["ignis own kernels"] = bench_ignis(a, b, out, False, tf32, args.seconds)
                 if dtype == "bfloat16" and dev.compute_capability == (9, 0):
                     for tile_n in (128, 256):
-                        results[f"ignis own wgmma 128x{tile_n}"] = bench_ignis(
-                            a, b, out, False, tf32, args.seconds, tile_n)
+                        for persistent in (True, False):
+                            kind = "persistent" if persistent else "a block a tile"
+                            results[f"ignis own wgmma 128x{tile_n}, {kind}"] = bench_ignis(
+                                a, b, out, False, tf32, args.seconds, tile_n, persistent)
                 results["torch.matmul"] = bench_torch(hx, hy, dtype, tf32, args.seconds)
                 del a, b, out
                 rows.append((n, label, flops, results))

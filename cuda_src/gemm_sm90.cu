@@ -5,8 +5,10 @@
 //
 //   gemm_wgmma<T, BN, STAGES, A_KMAJOR, B_KMAJOR>
 //       C[z] = alpha * A[z] @ B[z] + beta * C[z] (C not read when beta == 0), float32
-//       accumulation, C in T. One 128 x BN output tile per block (BN = 128 or 256), K in steps
-//       of BK = 64, a STAGES-deep ring of shared-memory buffers.
+//       accumulation, C in T. Output tiles of 128 x BN (BN = 128 or 256), K in steps of BK = 64,
+//       a STAGES-deep ring of shared-memory buffers. Persistent: block b computes the tiles
+//       b, b + gridDim.x, ... of all matrices (the host launches at most one block an SM), so
+//       the producer copies the next tile's first steps while the consumers store this one.
 //
 // Threads: three warpgroups (384 threads). Warpgroup 0 is the producer: one of its threads
 // issues the TMA copies of the A and B tiles of each K step into the ring (tma.cuh), the rest
@@ -28,9 +30,10 @@
 //             copy = 64 x BN (K x N) read K-major.
 //   else      B's rows are contiguous: dims (N, K, ...), BN / 64 copies of 64 x 64 (N x K),
 //             64-column panels of N read MN-major (imm-trans-b).
-// Batch: the grid's y and z enumerate the matrices (z = y + gridDim.y * z, as matmul.cu's
-// kernels); z splits into (z % batch_inner, z / batch_inner), the coordinates of the maps' two
-// batch dims (0 for a dim the operand broadcasts: bits of a_batched / b_batched).
+// Batch: work item w (tiles_m * tiles_n of them a matrix) is tile w % (tiles_m * tiles_n) of
+// matrix z = w / (tiles_m * tiles_n); z splits into (z % batch_inner, z / batch_inner), the
+// coordinates of the maps' two batch dims (0 for a dim the operand broadcasts: bits of
+// a_batched / b_batched).
 // Edge tiles: the TMA unit fills rows and columns past M, N or K with zeros (and counts their
 // bytes), so partial tiles multiply zeros; the epilogue skips stores past M or N. K == 0 is the
 // host's (matmul.cu's kernels take it).
@@ -91,11 +94,10 @@ template <int N> IGNIS_DEV void regs_up() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// The output tile of this block: groups of 8 tile rows, so that blocks running at the same
-// time share A and B panels in L2 (as matmul.cu's tile_of_block).
-IGNIS_DEV void tile_of_block(const WgmmaArgs& p, int& tile_m, int& tile_n) {
+// Tile `id` of a matrix, in groups of 8 tile rows, so that the tiles computed at the same time
+// share A and B panels in L2 (as matmul.cu's tile_of_block).
+IGNIS_DEV void tile_of_item(const WgmmaArgs& p, int id, int& tile_m, int& tile_n) {
   const int group_rows = 8;
-  const int id = (int)blockIdx.x;
   const int per_group = group_rows * p.tiles_n;
   const int group = id / per_group;
   const int first_m = group * group_rows;
@@ -103,6 +105,18 @@ IGNIS_DEV void tile_of_block(const WgmmaArgs& p, int& tile_m, int& tile_n) {
   const int in_group = id - group * per_group;
   tile_m = first_m + in_group % rows;
   tile_n = in_group / rows;
+}
+
+// Work item w: the first row and column of its output tile and its matrix's batch coordinates.
+struct Work {
+  int m0, n0, z_in, z_out;
+};
+IGNIS_DEV Work work_item(const WgmmaArgs& p, int64 w, int bn) {
+  const int64 per_matrix = (int64)p.tiles_m * p.tiles_n;
+  const int64 z = w / per_matrix;
+  int tile_m, tile_n;
+  tile_of_item(p, (int)(w - z * per_matrix), tile_m, tile_n);
+  return Work{tile_m * BM, tile_n * bn, (int)(z % p.batch_inner), (int)(z / p.batch_inner)};
 }
 
 // C(i, j) = alpha * v + beta * C(i, j) for one element (C not read when beta == 0).
@@ -132,12 +146,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto full = [bars](int s) { return bars + 8u * s; };
   auto empty = [bars](int s) { return bars + 8u * (STAGES + s); };
 
-  int tile_m, tile_n;
-  tile_of_block(p, tile_m, tile_n);
-  const int m0 = tile_m * BM, n0 = tile_n * BN;
-  const int64 z = (int64)blockIdx.y + (int64)gridDim.y * (int64)blockIdx.z;
-  if (z >= p.batch) return;  // (the few blocks past the end of a batch that does not fill z)
-  const int z_in = (int)(z % p.batch_inner), z_out = (int)(z / p.batch_inner);
+  const int64 items = (int64)p.tiles_m * p.tiles_n * p.batch;
   const int ktiles = (int)((p.k + BK - 1) / BK);
   const int group = (int)threadIdx.x >> 7;
 
@@ -152,113 +161,125 @@ __global__ void __launch_bounds__(THREADS, 1)
   }
   __syncthreads();
 
+  // Both roles count the K steps of all of the block's items in `step`: step u uses buffer
+  // u % STAGES for the (u / STAGES)-th time, the phase whose parity the barriers are waited on.
   if (group == 0) {  // the producer warpgroup
     if constexpr (MOVE_REGS) regs_down<40>();
     if (threadIdx.x != 0) return;
-    const int ai = (p.a_batched & 1) ? z_in : 0, ao = (p.a_batched & 2) ? z_out : 0;
-    const int bi = (p.b_batched & 1) ? z_in : 0, bo = (p.b_batched & 2) ? z_out : 0;
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int s = kt % STAGES;
-      if (kt >= STAGES) tma::wait(empty(s), ((kt / STAGES) - 1) & 1);  // tile kt - STAGES read
-      const unsigned a_dst = ring + s * R::STAGE, b_dst = a_dst + R::A_BYTES;
-      const int k0 = kt * BK;
-      tma::arrive_expect_tx(full(s), R::STAGE);
-      if constexpr (A_KMAJOR) {
-        tma::load_4d(a_dst, amap, k0, m0, ai, ao, full(s));
-      } else {
+    int64 step = 0;
+    for (int64 w = blockIdx.x; w < items; w += gridDim.x) {
+      const Work at = work_item(p, w, BN);
+      const int ai = (p.a_batched & 1) ? at.z_in : 0, ao = (p.a_batched & 2) ? at.z_out : 0;
+      const int bi = (p.b_batched & 1) ? at.z_in : 0, bo = (p.b_batched & 2) ? at.z_out : 0;
+      for (int kt = 0; kt < ktiles; ++kt, ++step) {
+        const int s = (int)(step % STAGES);
+        const int64 use = step / STAGES;
+        if (use > 0) tma::wait(empty(s), (int)((use - 1) & 1));  // its last use is read
+        const unsigned a_dst = ring + s * R::STAGE, b_dst = a_dst + R::A_BYTES;
+        const int k0 = kt * BK;
+        tma::arrive_expect_tx(full(s), R::STAGE);
+        if constexpr (A_KMAJOR) {
+          tma::load_4d(a_dst, amap, k0, at.m0, ai, ao, full(s));
+        } else {
 #pragma unroll
-        for (int q = 0; q < BM / 64; ++q)
-          tma::load_4d(a_dst + q * 64 * BK * 2, amap, m0 + 64 * q, k0, ai, ao, full(s));
-      }
-      if constexpr (B_KMAJOR) {
-        tma::load_4d(b_dst, bmap, k0, n0, bi, bo, full(s));
-      } else {
+          for (int q = 0; q < BM / 64; ++q)
+            tma::load_4d(a_dst + q * 64 * BK * 2, amap, at.m0 + 64 * q, k0, ai, ao, full(s));
+        }
+        if constexpr (B_KMAJOR) {
+          tma::load_4d(b_dst, bmap, k0, at.n0, bi, bo, full(s));
+        } else {
 #pragma unroll
-        for (int q = 0; q < BN / 64; ++q)
-          tma::load_4d(b_dst + q * 64 * BK * 2, bmap, n0 + 64 * q, k0, bi, bo, full(s));
+          for (int q = 0; q < BN / 64; ++q)
+            tma::load_4d(b_dst + q * 64 * BK * 2, bmap, at.n0 + 64 * q, k0, bi, bo, full(s));
+        }
       }
     }
     return;
   }
 
-  // A consumer warpgroup: rows 64 cg .. 64 cg + 63 of the tile.
+  // A consumer warpgroup: rows 64 cg .. 64 cg + 63 of each tile.
   if constexpr (MOVE_REGS) regs_up<232>();
   const int cg = group - 1;
   const int warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31;
-  float acc[NH][64];
-#pragma unroll
-  for (int h = 0; h < NH; ++h)
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
-
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int s = kt % STAGES;
-    tma::wait(full(s), (kt / STAGES) & 1);
-    const unsigned a_tile = ring + s * R::STAGE, b_tile = a_tile + R::A_BYTES;
-#pragma unroll
-    for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-      // K-major: this group's 64 rows start 64 * 128 bytes in, the step kk * 32 bytes into
-      // each 128-byte row. MN-major: this group's 64-row panel of M (8 KiB), the step 16 rows
-      // of K (16 * 128 bytes) down.
-      const uint64 da = A_KMAJOR ? wg::desc_kmajor(a_tile + cg * 64 * 128 + kk * 32)
-                                 : wg::desc_mnmajor(a_tile + cg * 64 * BK * 2 + kk * 16 * 128,
-                                                    64 * BK * 2);
-#pragma unroll
-      for (int h = 0; h < NH; ++h) {
-        // B's columns 128 h ..: K-major 128 rows of 128 bytes in; MN-major two 8 KiB panels in.
-        const uint64 db = B_KMAJOR ? wg::desc_kmajor(b_tile + h * 128 * 128 + kk * 32)
-                                   : wg::desc_mnmajor(b_tile + h * 2 * 64 * BK * 2 +
-                                                          kk * 16 * 128,
-                                                      64 * BK * 2);
-        wg::wgmma_ss_n128<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(acc[h], da, db, 1, T{});
-      }
-    }
-    wg::wgmma_commit();
-    wg::wgmma_wait<1>();  // step kt - 1's products are done: its buffer is free
-#pragma unroll
-    for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
-    if (kt > 0 && lane == 0) tma::arrive(empty((kt - 1) % STAGES));
-  }
-  wg::wgmma_wait<0>();
-#pragma unroll
-  for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
-
-  // Epilogue: acc[h][4j + q] is row g (+ 8 for q >= 2), column 128 h + 8 j + 2 t (+ 1 for odd
-  // q) of this warp's 16 rows (wgmma.cuh's accumulator layout).
   const int g = lane >> 2, t = lane & 3;
-  T* C = c + z_in * p.c_bs_in + z_out * p.c_bs_out;
   const float alpha = p.alpha, beta = p.beta;
   // Two adjacent columns as one 4-byte store where C's rows are contiguous and 4-byte aligned.
   const bool pairs = p.c_cs == 1 && p.c_rs % 2 == 0 && p.c_bs_in % 2 == 0 &&
                      p.c_bs_out % 2 == 0 && (reinterpret_cast<uint64>(c) & 3) == 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64 row = m0 + 64 * cg + 16 * warp + g + 8 * half;
-    if (row >= p.m) continue;
-    T* crow = C + row * p.c_rs;
+  float acc[NH][64];
+  int64 step = 0;
+  for (int64 w = blockIdx.x; w < items; w += gridDim.x) {
+    const Work at = work_item(p, w, BN);
 #pragma unroll
     for (int h = 0; h < NH; ++h)
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int64 col = n0 + 128 * h + 8 * j + 2 * t;
-        const float v0 = acc[h][4 * j + 2 * half], v1 = acc[h][4 * j + 2 * half + 1];
-        if (pairs && col + 1 < p.n) {
-          uint32* dst = reinterpret_cast<uint32*>(crow + col);
-          float r0 = alpha * v0, r1 = alpha * v1;
-          if (beta != 0.f) {
-            const T* old = crow + col;
-            r0 += beta * to_acc(old[0]);
-            r1 += beta * to_acc(old[1]);
-          }
-          *dst = tc::pack_pair<T>(r0, r1);
-        } else {
-          if (col < p.n) store_one(crow + col * p.c_cs, v0, alpha, beta);
-          if (col + 1 < p.n) store_one(crow + (col + 1) * p.c_cs, v1, alpha, beta);
+      for (int i = 0; i < 64; ++i) acc[h][i] = 0.f;
+
+    for (int kt = 0; kt < ktiles; ++kt, ++step) {
+      const int s = (int)(step % STAGES);
+      tma::wait(full(s), (int)((step / STAGES) & 1));
+      const unsigned a_tile = ring + s * R::STAGE, b_tile = a_tile + R::A_BYTES;
+#pragma unroll
+      for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        // K-major: this group's 64 rows start 64 * 128 bytes in, the step kk * 32 bytes into
+        // each 128-byte row. MN-major: this group's 64-row panel of M (8 KiB), the step 16
+        // rows of K (16 * 128 bytes) down.
+        const uint64 da = A_KMAJOR ? wg::desc_kmajor(a_tile + cg * 64 * 128 + kk * 32)
+                                   : wg::desc_mnmajor(a_tile + cg * 64 * BK * 2 + kk * 16 * 128,
+                                                      64 * BK * 2);
+#pragma unroll
+        for (int h = 0; h < NH; ++h) {
+          // B's columns 128 h ..: K-major 128 rows of 128 bytes in; MN-major two 8 KiB panels.
+          const uint64 db = B_KMAJOR ? wg::desc_kmajor(b_tile + h * 128 * 128 + kk * 32)
+                                     : wg::desc_mnmajor(b_tile + h * 2 * 64 * BK * 2 +
+                                                            kk * 16 * 128,
+                                                        64 * BK * 2);
+          wg::wgmma_ss_n128<A_KMAJOR ? 0 : 1, B_KMAJOR ? 0 : 1>(acc[h], da, db, 1, T{});
         }
       }
+      wg::wgmma_commit();
+      wg::wgmma_wait<1>();  // step - 1's products are done: its buffer is free
+#pragma unroll
+      for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
+      if (kt > 0 && lane == 0) tma::arrive(empty((int)((step - 1) % STAGES)));
+    }
+    wg::wgmma_wait<0>();
+#pragma unroll
+    for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
+    if (lane == 0) tma::arrive(empty((int)((step - 1) % STAGES)));  // the item's last step
+
+    // Epilogue: acc[h][4j + q] is row g (+ 8 for q >= 2), column 128 h + 8 j + 2 t (+ 1 for
+    // odd q) of this warp's 16 rows (wgmma.cuh's accumulator layout).
+    T* C = c + at.z_in * p.c_bs_in + at.z_out * p.c_bs_out;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64 row = at.m0 + 64 * cg + 16 * warp + g + 8 * half;
+      if (row >= p.m) continue;
+      T* crow = C + row * p.c_rs;
+#pragma unroll
+      for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int64 col = at.n0 + 128 * h + 8 * j + 2 * t;
+          const float v0 = acc[h][4 * j + 2 * half], v1 = acc[h][4 * j + 2 * half + 1];
+          if (pairs && col + 1 < p.n) {
+            uint32* dst = reinterpret_cast<uint32*>(crow + col);
+            float r0 = alpha * v0, r1 = alpha * v1;
+            if (beta != 0.f) {
+              const T* old = crow + col;
+              r0 += beta * to_acc(old[0]);
+              r1 += beta * to_acc(old[1]);
+            }
+            *dst = tc::pack_pair<T>(r0, r1);
+          } else {
+            if (col < p.n) store_one(crow + col * p.c_cs, v0, alpha, beta);
+            if (col + 1 < p.n) store_one(crow + (col + 1) * p.c_cs, v1, alpha, beta);
+          }
+        }
+    }
   }
 }
 

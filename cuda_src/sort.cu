@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(THREADS)
 // yet". Each word carries its count, so no fence orders it with other data.
 
 enum : int {
-  HIST_PARTS = 4,   // copies of each digit counter in radix_histogram (fewer same-address atomics)
+  HIST_WORDS = 32,  // counters of each digit in radix_histogram, over all passes (32 KiB a block)
   HIST_TILES = 8,   // tiles of a row one radix_histogram block counts
   HIST_CHUNK = HIST_TILES * TILE,
 };
@@ -395,36 +395,40 @@ template <> struct slot_of<uint64> { typedef uint64 type; };
 
 // hist[(seg * PASSES + p) * RADIX + d]: keys of row seg whose digit of pass p is d (PASSES = key
 // bytes; hist zeroed before). Block b counts chunk b % chunks_per_seg (HIST_CHUNK keys) of row
-// b / chunks_per_seg.
-template <class T>
+// b / chunks_per_seg. Each digit has PARTS counters side by side (bins[p][d][part]) and lane l
+// counts into part l % PARTS: lanes of one digit then add into different banks, and lanes that
+// collide on one counter are at most 32 / PARTS. (The top byte of float keys takes few values:
+// with the copies a digit's counters RADIX words apart, every lane of a digit hit one bank.)
+template <class T, int PARTS = HIST_WORDS / (int)sizeof(typename Key<T>::K)>
 __global__ void __launch_bounds__(THREADS)
     radix_histogram(const T* x, uint32* hist, int64 n, int64 chunks_per_seg, bool desc,
                     bool exact) {
   typedef Key<T> KT;
   typedef typename KT::K K;
   constexpr int PASSES = (int)sizeof(K);
-  __shared__ uint32 bins[PASSES][HIST_PARTS][RADIX];
+  static_assert(PARTS >= 1 && PASSES * PARTS <= HIST_WORDS, "radix_histogram: 32 KiB of bins");
+  __shared__ uint32 bins[PASSES][RADIX][PARTS];
   const int tid = threadIdx.x;
-  for (int i = tid; i < PASSES * HIST_PARTS * RADIX; i += THREADS) (&bins[0][0][0])[i] = 0;
+  for (int i = tid; i < PASSES * PARTS * RADIX; i += THREADS) (&bins[0][0][0])[i] = 0;
   __syncthreads();
   const int64 seg = (int64)blockIdx.x / chunks_per_seg;
   const int64 c = (int64)blockIdx.x - seg * chunks_per_seg;
   const int64 start = c * HIST_CHUNK;
   const int64 end = n - start < HIST_CHUNK ? n : start + HIST_CHUNK;
   const K* src = reinterpret_cast<const K*>(x) + seg * n;
-  const int part = tid % HIST_PARTS;  // neighbouring lanes count into different copies
+  const int part = tid % PARTS;
 #pragma unroll 4
   for (int64 i = start + tid; i < end; i += THREADS) {
     const K k = KT::of(src[i], desc, exact);
 #pragma unroll
-    for (int p = 0; p < PASSES; ++p) atomicAdd(&bins[p][part][digit(k, 8 * p)], 1u);
+    for (int p = 0; p < PASSES; ++p) atomicAdd(&bins[p][digit(k, 8 * p)][part], 1u);
   }
   __syncthreads();
 #pragma unroll
   for (int p = 0; p < PASSES; ++p) {
     uint32 s = 0;
 #pragma unroll
-    for (int q = 0; q < HIST_PARTS; ++q) s += bins[p][q][tid];
+    for (int q = 0; q < PARTS; ++q) s += bins[p][tid][(q + tid) % PARTS];  // (rotated: no conflicts)
     if (s) atomicAdd(&hist[(seg * PASSES + p) * RADIX + tid], s);
   }
 }
@@ -1662,38 +1666,93 @@ __global__ void __launch_bounds__(THREADS) count_flags(const T* x, int64 n, int6
   if (threadIdx.x == 0) counts[blockIdx.x] = (int64)total;
 }
 
-// Flagged element i goes to slot p (offsets[tile] + flagged elements before it in the tile):
-// values[p] = x[i] and positions[p] = i (each may be null). MODE 0 also writes, when positions
-// is given, positions[k] = n after the last run (k runs), and, when inverse is given, the run
-// of every element: inverse[perm[i]] = (its run).
+// Flagged element i goes to slot p (the flagged elements before it in x): values[p] = x[i] and
+// positions[p] = i (each may be null). MODE 0 also writes, when positions is given,
+// positions[k] = n after the last run (k runs), and, when inverse is given, the run of every
+// element: inverse[perm[i]] = (its run). One block a tile. A tile's first slot comes either
+// from offsets[tile] (from count_flags and their scan) or, with offsets null, from a decoupled
+// look-back over the tiles before it (one pass: ScanWord<uint64> words of every tile in aggs and
+// incls, zeroed before, as the tile counter; tiles taken in the counter's order; the last tile
+// writes the total to *total).
+// Warp w of a block takes the tile's elements [32 ITEMS w, 32 ITEMS (w + 1)), 32 consecutive
+// ones a step (every load and store of a step covers one stretch of memory), and places them by
+// ballots: the flagged lanes before this one in the step, the steps before in the warp, the
+// warps before in the tile.
 template <class T, int MODE>
 __global__ void __launch_bounds__(THREADS)
     compact_flags(const T* x, const int64* perm, int64 n, const int64* offsets, T* values,
-                  int64* positions, int64* inverse) {
+                  int64* positions, int64* inverse, unsigned long long* counter, void* aggs,
+                  void* incls, int64* total) {
   __shared__ uint32 sums[WARPS];
-  const int64 first = (int64)blockIdx.x * TILE + (int64)threadIdx.x * ITEMS;  // blocked items
-  int f[ITEMS];
-  uint32 c = 0;
-#pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-    const int64 i = first + k;
-    f[k] = i < n ? flag_at<T, MODE>(x, i) : 0;
-    c += (uint32)f[k];
+  __shared__ uint64 fold[32];
+  __shared__ int64 tile_id;
+  __shared__ uint64 tile_first;
+  const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+  if (!offsets) {
+    if (threadIdx.x == 0) tile_id = (int64)atomicAdd(counter, 1ull);
+    __syncthreads();
   }
-  int64 slot = offsets[blockIdx.x] + (int64)block_exclusive_sum(c, sums, nullptr);
+  const int64 tile = offsets ? (int64)blockIdx.x : tile_id;
+  const int64 first = tile * TILE + (int64)warp * (32 * ITEMS) + lane;
+  // The flags first, then their ballots: the loads of all steps are in flight together (a
+  // ballot between them would wait for each step's loads in turn). A whole tile needs no
+  // bounds checks.
+  int f[ITEMS];
+  if ((tile + 1) * TILE <= n) {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) f[k] = flag_at<T, MODE>(x, first + 32 * k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k)
+      f[k] = first + 32 * k < n ? flag_at<T, MODE>(x, first + 32 * k) : 0;
+  }
+  unsigned flags[ITEMS];
+  uint32 warp_total = 0;
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
-    const int64 i = first + k;
+    flags[k] = __ballot_sync(FULL, f[k] != 0);
+    warp_total += (uint32)__popc(flags[k]);
+  }
+  if (lane == 0) sums[warp] = warp_total;
+  __syncthreads();
+  uint64 before_warp = 0, tile_count = 0;
+#pragma unroll
+  for (int w = 0; w < WARPS; ++w) {
+    if (w < warp) before_warp += sums[w];
+    tile_count += sums[w];
+  }
+  int64 before;  // flagged elements before this warp's step
+  if (offsets) {
+    before = offsets[tile] + (int64)before_warp;
+  } else {
+    if (warp == 0) {
+      typedef ScanWord<uint64>::W W;
+      const ScanStatus<uint64> st = {static_cast<W*>(aggs), static_cast<W*>(incls)};
+      const uint64 excl = look_back<uint64, SumOp>(tile, tile, tile_count, st, fold);
+      if (lane == 0) {
+        tile_first = excl;
+        if ((tile + 1) * TILE >= n) *total = (int64)(excl + tile_count);  // the last tile
+      }
+    }
+    __syncthreads();
+    before = (int64)(tile_first + before_warp);
+  }
+  const unsigned lower = lanemask_lt(lane);
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int64 i = first + 32 * k;
     if (i >= n) break;
-    if (f[k]) {
+    const int64 slot = before + __popc(flags[k] & lower);  // this element's, when flagged
+    if ((flags[k] >> lane) & 1u) {
       if (values) values[slot] = x[i];
       if (positions) positions[slot] = i;
     }
-    slot += f[k];
     if constexpr (MODE == 0) {
-      if (inverse) inverse[perm[i]] = slot - 1;
-      if (positions && i == n - 1) positions[slot] = n;
+      const int64 run = slot + (int64)((flags[k] >> lane) & 1u) - 1;  // (i's run)
+      if (inverse) inverse[perm[i]] = run;
+      if (positions && i == n - 1) positions[run + 1] = n;
     }
+    before += __popc(flags[k]);
   }
 }
 

@@ -600,3 +600,8 @@ class MatmulSettings(_FamilySettings, family="matmul"):
         "gemm_wgmma's output tile: 128 x 128 (six ring buffers) or 128 x 256 (four)",
         _one_of(128, 256),
     )
+    wgmma_persistent: bool = knob(
+        True,
+        "gemm_wgmma launches one block a multiprocessor, each looping over output tiles (the "
+        "next tile's copies start while this one's are stored); off: one block a tile",
+    )

@@ -46,11 +46,12 @@ def plan(
     alpha=1.0,
     beta=0.0,
     tile_n=128,
+    sm_count=None,
 ):
     a = a if a is not None else mat(1 << 20, k, 1)
     b = b if b is not None else mat(1 << 24, n, 1)
     c = c if c is not None else mat(1 << 28, n, 1)
-    return sm90.plan_wgmma_gemm(dtype, cc, batch, m, n, k, a, b, c, alpha, beta, tile_n)
+    return sm90.plan_wgmma_gemm(dtype, cc, batch, m, n, k, a, b, c, alpha, beta, tile_n, sm_count)
 
 
 def unpack(args: bytes) -> dict:
@@ -161,7 +162,7 @@ def test_plan_of_batches():
         c=mat(1 << 28, n, 1, (m * n,)),
     )
     args = unpack(launch.args)
-    assert launch.grid == (1, 3, 1)
+    assert launch.grid == (3, 1, 1)  # one block a tile (no sm_count): 1 tile x 3 matrices
     assert (args["batch"], args["batch_inner"], args["a_batched"], args["b_batched"]) == (
         3,
         3,
@@ -182,7 +183,7 @@ def test_plan_of_batches():
         c=mat(1 << 28, n, 1, (3 * m * n, m * n)),
     )
     args = unpack(launch.args)
-    assert launch.grid == (1, 6, 1)
+    assert launch.grid == (6, 1, 1)
     assert (args["batch"], args["batch_inner"], args["a_batched"], args["b_batched"]) == (
         6,
         3,
@@ -192,7 +193,7 @@ def test_plan_of_batches():
     assert (args["c_bs_in"], args["c_bs_out"]) == (m * n, 3 * m * n)
     assert launch.a_map.dims == (k, m, 1, 2) and launch.a_map.strides[2] == m * k * 2
     assert launch.b_map.dims == (n, k, 3, 1) and launch.b_map.strides[1] == k * n * 2
-    # a contiguous stack merges into one batch dim; a huge batch spills into grid z
+    # a contiguous stack merges into one batch dim; a huge batch is one long grid
     launch = plan(
         batch=(4, 5),
         m=m,
@@ -212,7 +213,26 @@ def test_plan_of_batches():
         b=mat(1 << 24, n, 1, (0,)),
         c=mat(1 << 28, n, 1, (m * n,)),
     )
-    assert big.grid == (1, 65535, 4)
+    assert big.grid == (200_000, 1, 1)
+
+
+def test_persistent_plans_launch_at_most_one_block_a_multiprocessor():
+    m, n, k = 1000, 1000, 64  # 8 x 4 tiles of 128 x 256 a matrix
+    kwargs = dict(m=m, n=n, k=k, a=mat(1 << 20, k, 1), b=mat(1 << 24, n, 1), c=mat(1 << 28, n, 1))
+    assert plan(tile_n=256, **kwargs).grid == (32, 1, 1)
+    assert plan(tile_n=256, sm_count=132, **kwargs).grid == (32, 1, 1)  # fewer tiles than SMs
+    assert plan(tile_n=256, sm_count=20, **kwargs).grid == (20, 1, 1)
+    # batches count: 5 matrices x 32 tiles over 132 blocks, the same arguments otherwise
+    batched = dict(
+        kwargs,
+        a=mat(1 << 20, k, 1, (m * k,)),
+        b=mat(1 << 24, n, 1, (0,)),
+        c=mat(1 << 28, n, 1, (m * n,)),
+    )
+    one = plan(batch=(5,), tile_n=256, **batched)
+    many = plan(batch=(5,), tile_n=256, sm_count=132, **batched)
+    assert one.grid == (160, 1, 1) and many.grid == (132, 1, 1)
+    assert one.args == many.args and one.kernel == many.kernel
 
 
 def test_plan_of_single_rows_and_columns():
@@ -446,7 +466,9 @@ def test_the_switch_picks_the_hopper_kernel(fake, tune, dtype, tile_n):
     ((name, grid, block, args),) = launches
     stages = sm90.STAGES[tile_n]
     assert name == f"ignis::gemm90::gemm_wgmma<{CXX[dtype]}, {tile_n}, {stages}, true, false>"
-    assert grid == (math.ceil(m / 128) * math.ceil(n / tile_n), 1, 1) and block == (384, 1, 1)
+    # persistent by default: at most one block a multiprocessor (the fake GPU has 132)
+    tiles = math.ceil(m / 128) * math.ceil(n / tile_n)
+    assert grid == (min(tiles, 132), 1, 1) and block == (384, 1, 1)
     smem = sm90.wgmma_smem(tile_n)
     assert (name, smem) in fake.optin and smem <= SMEM_LIMIT
     item = 2
@@ -481,11 +503,11 @@ def test_transposed_views_and_batches_take_the_hopper_kernel(fake, tune):
     assert name.endswith(", false, true>")  # A MN-major, B K-major
     assert [m_[1] for m_ in maps] == [(136, 96, 1, 1), (96, 72, 1, 1)]
     assert [m_[3] for m_ in maps] == [(64, 64, 1, 1), (64, 128, 1, 1)]
-    # a stack times one shared matrix: grid y over the batch, B one element along it
+    # a stack times one shared matrix: the tiles of all matrices, B one element along it
     s = ignis.empty((2, 3, 40, 96), dtype="bfloat16", device="cuda:0")
     _, launches, maps = product(fake, s, w.T)
     ((name, grid, _, args),) = launches
-    assert grid == (1, 6, 1) and name.endswith(", true, true>")
+    assert grid == (6, 1, 1) and name.endswith(", true, true>")
     assert [m_[1] for m_ in maps] == [(96, 40, 6, 1)]  # (B's map: the one above, kept)
     fields = unpack(args[3])
     assert (fields["batch"], fields["a_batched"], fields["b_batched"]) == (6, 1, 0)

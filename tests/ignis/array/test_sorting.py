@@ -802,6 +802,30 @@ def test_emulated_onesweep_digit_patterns(emulated, rng, dtype):
 
 @emulator
 @pytest.mark.exhaustive
+@pytest.mark.parametrize("hidden", [False, True])
+def test_emulated_unique_compaction_looks_back_over_many_tiles(emulated, rng, hidden):
+    # 70 tiles of sorted values compacted in one pass: each finds its first slot by a look-back;
+    # with prefixes hidden (every 64th seen) they walk over several windows of 32 aggregates.
+    # Runs of every length, some crossing tile edges, and tiles without a run head.
+    a = rng.integers(0, 9000, size=70 * 4096 - 5).astype(np.float32)
+    a[10 * 4096 : 13 * 4096 + 7] = 1.5  # a run over three whole tiles
+    emulated.hide_prefixes(hidden)
+    try:
+        values, indices, inverse, counts = ignis.unique_all(ignis.asarray(a))
+        v4 = ignis.unique_values(ignis.asarray(a))
+    finally:
+        emulated.hide_prefixes(False)
+    wv, wi, winv, wc = np.unique(a, return_index=True, return_inverse=True, return_counts=True)
+    np.testing.assert_array_equal(values.to_host(), wv)
+    np.testing.assert_array_equal(v4.to_host(), wv)
+    np.testing.assert_array_equal(indices.to_host(), wi)
+    np.testing.assert_array_equal(inverse.to_host(), winv)
+    np.testing.assert_array_equal(counts.to_host(), wc)
+    assert any("compact_flags" in n for n in emulated.launched)
+
+
+@emulator
+@pytest.mark.exhaustive
 def test_emulated_onesweep_look_back_over_many_windows(emulated, rng):
     # 27 tiles; with most prefixes withheld each look-back folds up to 10 aggregates, over three
     # windows of predecessors

@@ -335,9 +335,10 @@ def _wgmma_matmul(backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, 
     where it does not apply (the caller then runs the other own kernels)."""
     from . import matmul_sm90  # (imported on first use: it imports this module)
 
+    settings = _tuning.current.matmul
+    sms = int(backend.gpu.multiprocessor_count) if settings.wgmma_persistent else None
     launch = matmul_sm90.plan_wgmma_gemm(dtype, backend.gpu.compute_capability, batch, m, n, k,
-                                         am, bm, cm, alpha, beta,
-                                         _tuning.current.matmul.wgmma_tile_n)
+                                         am, bm, cm, alpha, beta, settings.wgmma_tile_n, sms)
     if launch is None:
         return False
     matmul_sm90.launch_wgmma(backend, stream, launch)

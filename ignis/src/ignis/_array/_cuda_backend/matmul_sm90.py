@@ -59,7 +59,6 @@ STAGES = {128: 6, 256: 4}
 TILE_N = tuple(STAGES)
 _ARGS = struct.Struct("<9q2f4i")  # ignis::gemm90::WgmmaArgs (96 bytes)
 _INT_MAX = 2**31 - 1
-_GRID_YZ_MAX = 65535
 _STRIDE_LIMIT = 2**40  # TMA: byte strides below 2**40
 _DTYPES = (dt.float16, dt.bfloat16)
 
@@ -188,10 +187,13 @@ def plan_wgmma_gemm(
     alpha: float,
     beta: float,
     tile_n: int = 128,
+    sm_count: int | None = None,
 ) -> WgmmaLaunch | None:
     """The ``gemm_wgmma`` launch of ``c = alpha * a @ b + beta * c`` (m x k times k x n over
     ``batch``), or None where it does not apply (see the module's conditions; the caller then
-    runs the existing kernels). Pure: no GPU, no tensor map built yet."""
+    runs the existing kernels). ``sm_count``: launch at most that many blocks, each looping
+    over output tiles (persistent; give the GPU's multiprocessor count); None: one block a
+    tile. Pure: no GPU, no tensor map built yet."""
     if (
         dtype not in _DTYPES
         or compute_capability != (9, 0)
@@ -221,9 +223,9 @@ def plan_wgmma_gemm(
     if tiles_m * tiles_n > _INT_MAX:
         return None
     count = math.prod(shape)
-    grid_y = min(count, _GRID_YZ_MAX)
-    grid_z = -(-count // grid_y)
-    if grid_z > _GRID_YZ_MAX:
+    items = tiles_m * tiles_n * count
+    blocks = items if sm_count is None else min(items, max(1, sm_count))
+    if blocks > _INT_MAX:
         return None
     padded_c = (0,) * (2 - len(shape)) + tuple(sc)
     batch_inner = shape[-1] if shape else 1
@@ -246,7 +248,7 @@ def plan_wgmma_gemm(
     )
     return WgmmaLaunch(
         wgmma_name(dtype, tile_n, a_kmajor, b_kmajor),
-        (tiles_m * tiles_n, grid_y, grid_z),
+        (blocks, 1, 1),
         wgmma_smem(tile_n),
         a_spec,
         b_spec,
