@@ -1666,33 +1666,22 @@ __global__ void __launch_bounds__(THREADS) count_flags(const T* x, int64 n, int6
   if (threadIdx.x == 0) counts[blockIdx.x] = (int64)total;
 }
 
-// Flagged element i goes to slot p (the flagged elements before it in x): values[p] = x[i] and
-// positions[p] = i (each may be null). MODE 0 also writes, when positions is given,
-// positions[k] = n after the last run (k runs), and, when inverse is given, the run of every
-// element: inverse[perm[i]] = (its run). One block a tile. A tile's first slot comes either
-// from offsets[tile] (from count_flags and their scan) or, with offsets null, from a decoupled
-// look-back over the tiles before it (one pass: ScanWord<uint64> words of every tile in aggs and
-// incls, zeroed before, as the tile counter; tiles taken in the counter's order; the last tile
-// writes the total to *total).
-// Warp w of a block takes the tile's elements [32 ITEMS w, 32 ITEMS (w + 1)), 32 consecutive
-// ones a step (every load and store of a step covers one stretch of memory), and places them by
-// ballots: the flagged lanes before this one in the step, the steps before in the warp, the
-// warps before in the tile.
+// Flagged element i goes to slot p (offsets[tile] + flagged elements before it in the tile):
+// values[p] = x[i] and positions[p] = i (each may be null). MODE 0 also writes, when positions
+// is given, positions[k] = n after the last run (k runs), and, when inverse is given, the run
+// of every element: inverse[perm[i]] = (its run). One block a tile; warp w takes the tile's
+// elements [32 ITEMS w, 32 ITEMS (w + 1)), 32 consecutive ones a step (every load and store of
+// a step covers one stretch of memory), and places them by ballots: the flagged lanes before
+// this one in the step, the steps before in the warp, the warps before in the tile. (A one-pass
+// form, each tile finding its offset by a decoupled look-back, took longer on an H200 than this
+// kernel and count_flags together: 4096 tiles wait on each other's prefixes.)
 template <class T, int MODE>
 __global__ void __launch_bounds__(THREADS)
     compact_flags(const T* x, const int64* perm, int64 n, const int64* offsets, T* values,
-                  int64* positions, int64* inverse, unsigned long long* counter, void* aggs,
-                  void* incls, int64* total) {
+                  int64* positions, int64* inverse) {
   __shared__ uint32 sums[WARPS];
-  __shared__ uint64 fold[32];
-  __shared__ int64 tile_id;
-  __shared__ uint64 tile_first;
   const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-  if (!offsets) {
-    if (threadIdx.x == 0) tile_id = (int64)atomicAdd(counter, 1ull);
-    __syncthreads();
-  }
-  const int64 tile = offsets ? (int64)blockIdx.x : tile_id;
+  const int64 tile = (int64)blockIdx.x;
   const int64 first = tile * TILE + (int64)warp * (32 * ITEMS) + lane;
   // The flags first, then their ballots: the loads of all steps are in flight together (a
   // ballot between them would wait for each step's loads in turn). A whole tile needs no
@@ -1715,28 +1704,10 @@ __global__ void __launch_bounds__(THREADS)
   }
   if (lane == 0) sums[warp] = warp_total;
   __syncthreads();
-  uint64 before_warp = 0, tile_count = 0;
+  int64 before = offsets[tile];  // flagged elements before this warp's step
 #pragma unroll
-  for (int w = 0; w < WARPS; ++w) {
-    if (w < warp) before_warp += sums[w];
-    tile_count += sums[w];
-  }
-  int64 before;  // flagged elements before this warp's step
-  if (offsets) {
-    before = offsets[tile] + (int64)before_warp;
-  } else {
-    if (warp == 0) {
-      typedef ScanWord<uint64>::W W;
-      const ScanStatus<uint64> st = {static_cast<W*>(aggs), static_cast<W*>(incls)};
-      const uint64 excl = look_back<uint64, SumOp>(tile, tile, tile_count, st, fold);
-      if (lane == 0) {
-        tile_first = excl;
-        if ((tile + 1) * TILE >= n) *total = (int64)(excl + tile_count);  // the last tile
-      }
-    }
-    __syncthreads();
-    before = (int64)(tile_first + before_warp);
-  }
+  for (int w = 0; w < WARPS; ++w)
+    if (w < warp) before += sums[w];
   const unsigned lower = lanemask_lt(lane);
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {

@@ -803,10 +803,9 @@ def test_emulated_onesweep_digit_patterns(emulated, rng, dtype):
 @emulator
 @pytest.mark.exhaustive
 @pytest.mark.parametrize("hidden", [False, True])
-def test_emulated_unique_compaction_looks_back_over_many_tiles(emulated, rng, hidden):
-    # 70 tiles of sorted values compacted in one pass: each finds its first slot by a look-back;
-    # with prefixes hidden (every 64th seen) they walk over several windows of 32 aggregates.
-    # Runs of every length, some crossing tile edges, and tiles without a run head.
+def test_emulated_unique_over_many_tiles(emulated, rng, hidden):
+    # 70 tiles of sorted values compacted: runs of every length, some crossing tile edges, and
+    # tiles without a run head; with prefixes hidden the sort's look-backs walk further.
     a = rng.integers(0, 9000, size=70 * 4096 - 5).astype(np.float32)
     a[10 * 4096 : 13 * 4096 + 7] = 1.5  # a run over three whole tiles
     emulated.hide_prefixes(hidden)
