@@ -28,12 +28,10 @@
   many short rows, and
   columns of a non-last axis when there are enough of them, one thread per row or column;
   otherwise the axis is made last by a copy first.
-* ``nonzero`` compacts in two passes around a scan of tile counts and reads the count once
-  (the one host synchronization of an op whose result size depends on the data), before it
-  allocates its result. ``unique`` compacts the sorted values in one pass (each tile finds its
-  first slot by a decoupled look-back over the tiles before it) into room for every element,
-  and reads the count after its last launch, so the device never idles waiting for the host
-  in between.
+* ``nonzero`` and ``unique`` compact in two passes around a scan of tile counts and read the
+  count once (the one host synchronization of an op whose result size depends on the data).
+  ``unique`` compacts into room for every element first and reads the count after its last
+  launch, so the device never idles waiting for the host in between.
 * ``searchsorted``: one binary search per value.
 
 Nothing else here waits for the device.
@@ -346,10 +344,6 @@ def _scan_rows(
 
 
 _OFFSETS_NAME = "ignis::sort::scan_tile_prefixes<ignis::int64, ignis::sort::SumOp>"
-# The one zeroed workspace of compact_flags's look-back: the tile counter (16 bytes), then the
-# aggregate and the prefix words (ScanWord<uint64>: 16 bytes a tile each).
-_LOOK_BACK_HEAD, _LOOK_BACK_WORD = 16, 16
-_NO_LOOK_BACK = [0, 0, 0, 0]  # (the tiles' first slots come from offsets)
 
 
 def _tile_offsets(backend: Any, x: NvArray, mode: int) -> NvArray:
@@ -685,7 +679,7 @@ def nonzero(backend: Any, x: NvArray) -> NvArray:
         compact_name(x.dtype, _MODE_NONZERO),
         -(-n // TILE),
         THREADS,
-        [backend.data_ptr(x), 0, n, backend.data_ptr(offsets), 0, fp, 0, *_NO_LOOK_BACK],
+        [backend.data_ptr(x), 0, n, backend.data_ptr(offsets), 0, fp, 0],
     )
     if ndim > 1:
         base, stride = backend.data_ptr(out), n
@@ -710,40 +704,29 @@ def unique(
     ordered = _scratch(backend, (1, n), dtype)
     perm = _scratch(backend, (1, n), dt.int64) if need_perm else None
     sort(backend, ordered, perm, x.reshape(1, n), False)
-    # compacted in one pass (each tile finds its first slot by a look-back over the tiles
-    # before it) into room for n runs before the run count is read: the one wait comes after
+    offsets = _tile_offsets(backend, ordered, _MODE_UNIQUE)
+    # compacted into room for n runs before the run count is read: the one wait comes after
     # every launch, not between them
-    tiles = -(-n // TILE)
-    status = _scratch(backend, (_LOOK_BACK_HEAD + 2 * tiles * _LOOK_BACK_WORD,), dt.uint8)
-    backend.fill(status, 0)
-    total = _scratch(backend, (1,), dt.int64)
-    sp = backend.data_ptr(status)
-    look_back = [
-        sp,
-        sp + _LOOK_BACK_HEAD,
-        sp + _LOOK_BACK_HEAD + tiles * _LOOK_BACK_WORD,
-        backend.data_ptr(total),
-    ]
     values = _scratch(backend, (n,), dtype)
     starts = _scratch(backend, (n + 1,), dt.int64) if want_counts or want_indices else None
     inverse = _scratch(backend, (n,), dt.int64) if want_inverse else None
     _launch(
         backend,
         compact_name(dtype, _MODE_UNIQUE),
-        tiles,
+        -(-n // TILE),
         THREADS,
         [
             backend.data_ptr(ordered),
             0 if perm is None else backend.data_ptr(perm),
             n,
-            0,
+            backend.data_ptr(offsets),
             backend.data_ptr(values),
             0 if starts is None else backend.data_ptr(starts),
             0 if inverse is None else backend.data_ptr(inverse),
-            *look_back,
         ],
     )
-    k = int(total.item())
+    tiles = offsets.shape[0] - 1
+    k = int(offsets[tiles:].item())
     values = values[:k]
     if 2 * k <= n:  # far fewer runs than elements: keep only their room
         values = values.contiguous() if k == 0 else _copy(backend, values)
