@@ -6,7 +6,7 @@ bfloat16 (float32 accumulation). Each engine multiplies the same data; every tim
 of CUDA-event-timed repeats after a warm-up (which also compiles the own kernels). Reports
 TFLOP/s (2 n^3 flops per product), the ratio to torch, the own kernels' fraction of ignis with
 cuBLAS, and the largest difference from torch's result relative to the result's largest element.
-On a GPU of compute capability 9.0 the bfloat16 mode also times the own Hopper kernel
+On a GPU of compute capability 9.0 the bfloat16 and TF32 modes also time the own Hopper kernel
 (``gemm_wgmma``, the ``matmul.wgmma`` setting) with both of its tiles, persistent (one block a
 multiprocessor, the default) and with one block a tile, beside the mma.sync one.
 
@@ -132,7 +132,7 @@ def main() -> None:
                 else:
                     results["ignis + cuBLAS"] = "n/a (cuBLAS not installed)"
                 results["ignis own kernels"] = bench_ignis(a, b, out, False, tf32, args.seconds)
-                if dtype == "bfloat16" and dev.compute_capability == (9, 0):
+                if (dtype == "bfloat16" or tf32) and dev.compute_capability == (9, 0):
                     for tile_n in (128, 256):
                         for persistent in (True, False):
                             kind = "persistent" if persistent else "a block a tile"

@@ -1,12 +1,13 @@
-// gemm_sm90.cu - float16 / bfloat16 matrix products on Hopper's warpgroup MMA (wgmma, sm_90a)
+// gemm_sm90.cu - float16 / bfloat16 / TF32 matrix products on Hopper's warpgroup MMA (wgmma, sm_90a)
 // fed by the tensor memory accelerator (TMA). Same results (up to float32 summation order) as
 // gemm_tc in matmul.cu for the operands TMA can read; built on its own because wgmma needs the
 // architecture-specific target sm_90a, which runs on compute capability 9.0 only.
 //
 //   gemm_wgmma<T, BN, STAGES, A_KMAJOR, B_KMAJOR>
 //       C[z] = alpha * A[z] @ B[z] + beta * C[z] (C not read when beta == 0), float32
-//       accumulation, C in T. Output tiles of 128 x BN (BN = 128 or 256), K in steps of BK = 64,
-//       a STAGES-deep ring of shared-memory buffers. Persistent: block b computes the tiles
+//       accumulation, C in T. Output tiles of 128 x BN (BN = 128 or 256), K in steps of
+//       128 bytes of elements (BK = 64 16-bit ones, or 32 float32 ones multiplied as TF32),
+//       a STAGES-deep ring of shared-memory buffers. T = float takes K-major operands only. Persistent: block b computes the tiles
 //       b, b + gridDim.x, ... of all matrices (the host launches at most one block an SM), so
 //       the producer copies the next tile's first steps while the consumers store this one.
 //
@@ -60,11 +61,20 @@ static_assert(sizeof(WgmmaArgs) == 96, "WgmmaArgs must match the host's packing 
 
 constexpr int BM = 128, BK = 64, THREADS = 384;
 
-// Bytes of one ring buffer: the A tile (BM x BK) and the B tile (BK x BN), 16-bit.
+// Bytes of one ring buffer: the A tile (BM rows of K) and the B tile (BN columns of K), each
+// row 128 bytes of K (BK 16-bit elements, or BK / 2 float32 ones).
 template <int BN> struct Ring {
-  static constexpr unsigned A_BYTES = BM * BK * 2, B_BYTES = BK * BN * 2;
+  static constexpr unsigned A_BYTES = BM * 128, B_BYTES = BN * 128;
   static constexpr unsigned STAGE = A_BYTES + B_BYTES;
 };
+
+// Two adjacent outputs as one store of 2 * sizeof(T) bytes.
+template <class T> IGNIS_DEV void store_pair(T* dst, float r0, float r1) {
+  *reinterpret_cast<uint32*>(dst) = tc::pack_pair<T>(r0, r1);
+}
+template <> IGNIS_DEV void store_pair<float>(float* dst, float r0, float r1) {
+  *reinterpret_cast<float2*>(dst) = make_float2(r0, r1);
+}
 
 }  // namespace gemm90
 }  // namespace ignis
@@ -133,6 +143,9 @@ __global__ void __launch_bounds__(THREADS, 1)
                const __grid_constant__ tma::TensorMap bmap, T* __restrict__ c, WgmmaArgs p) {
   static_assert(BN == 128 || BN == 256, "gemm_wgmma: BN is 128 or 256");
   static_assert(STAGES >= 2, "gemm_wgmma: at least two ring buffers");
+  static_assert(sizeof(T) == 2 || (sizeof(T) == 4 && A_KMAJOR && B_KMAJOR),
+                "gemm_wgmma: TF32 takes K-major operands only");
+  constexpr int KE = 128 / (int)sizeof(T);  // K elements of a step (one 128-byte row)
   typedef Ring<BN> R;
   constexpr int NH = BN / 128;  // m64n128 products per consumer and 16-column step of K
   constexpr bool MOVE_REGS = BN == 256;
@@ -147,7 +160,7 @@ __global__ void __launch_bounds__(THREADS, 1)
   auto empty = [bars](int s) { return bars + 8u * (STAGES + s); };
 
   const int64 items = (int64)p.tiles_m * p.tiles_n * p.batch;
-  const int ktiles = (int)((p.k + BK - 1) / BK);
+  const int ktiles = (int)((p.k + KE - 1) / KE);
   const int group = (int)threadIdx.x >> 7;
 
   if (threadIdx.x == 0) {
@@ -176,7 +189,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const int64 use = step / STAGES;
         if (use > 0) tma::wait(empty(s), (int)((use - 1) & 1));  // its last use is read
         const unsigned a_dst = ring + s * R::STAGE, b_dst = a_dst + R::A_BYTES;
-        const int k0 = kt * BK;
+        const int k0 = kt * KE;
         tma::arrive_expect_tx(full(s), R::STAGE);
         if constexpr (A_KMAJOR) {
           tma::load_4d(a_dst, amap, k0, at.m0, ai, ao, full(s));
@@ -203,9 +216,10 @@ __global__ void __launch_bounds__(THREADS, 1)
   const int warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const float alpha = p.alpha, beta = p.beta;
-  // Two adjacent columns as one 4-byte store where C's rows are contiguous and 4-byte aligned.
+  // Two adjacent columns as one store where C's rows are contiguous and pairs aligned.
   const bool pairs = p.c_cs == 1 && p.c_rs % 2 == 0 && p.c_bs_in % 2 == 0 &&
-                     p.c_bs_out % 2 == 0 && (reinterpret_cast<uint64>(c) & 3) == 0;
+                     p.c_bs_out % 2 == 0 &&
+                     (reinterpret_cast<uint64>(c) & (2 * sizeof(T) - 1)) == 0;
   float acc[NH][64];
   int64 step = 0;
   for (int64 w = blockIdx.x; w < items; w += gridDim.x) {
@@ -223,7 +237,8 @@ __global__ void __launch_bounds__(THREADS, 1)
       for (int h = 0; h < NH; ++h) wg::fence_operands<64>(acc[h]);
       wg::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
+      for (int kk = 0; kk < 4; ++kk) {
+        // Four wgmmas a step (k16 of 16-bit elements, k8 of TF32: 32 bytes of K each).
         // K-major: this group's 64 rows start 64 * 128 bytes in, the step kk * 32 bytes into
         // each 128-byte row. MN-major: this group's 64-row panel of M (8 KiB), the step 16
         // rows of K (16 * 128 bytes) down.
@@ -266,14 +281,13 @@ __global__ void __launch_bounds__(THREADS, 1)
           const int64 col = at.n0 + 128 * h + 8 * j + 2 * t;
           const float v0 = acc[h][4 * j + 2 * half], v1 = acc[h][4 * j + 2 * half + 1];
           if (pairs && col + 1 < p.n) {
-            uint32* dst = reinterpret_cast<uint32*>(crow + col);
             float r0 = alpha * v0, r1 = alpha * v1;
             if (beta != 0.f) {
               const T* old = crow + col;
               r0 += beta * to_acc(old[0]);
               r1 += beta * to_acc(old[1]);
             }
-            *dst = tc::pack_pair<T>(r0, r1);
+            store_pair<T>(crow + col, r0, r1);
           } else {
             if (col < p.n) store_one(crow + col * p.c_cs, v0, alpha, beta);
             if (col + 1 < p.n) store_one(crow + (col + 1) * p.c_cs, v1, alpha, beta);

@@ -605,3 +605,8 @@ class MatmulSettings(_FamilySettings, family="matmul"):
         "gemm_wgmma launches one block a multiprocessor, each looping over output tiles (the "
         "next tile's copies start while this one's are stored); off: one block a tile",
     )
+    wgmma_tf32: bool = knob(
+        True,
+        "float32 products with TF32 allowed, on compute capability 9.0: gemm_wgmma on TF32 "
+        "(an operand not K-major is copied so first) instead of the mma.sync TF32 kernel",
+    )

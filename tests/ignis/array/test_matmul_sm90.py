@@ -1,4 +1,4 @@
-"""The Hopper GEMM of float16 / bfloat16 (``gemm_wgmma`` in cuda_src/gemm_sm90.cu, warpgroup MMA
+"""The Hopper GEMM of float16 / bfloat16 / TF32 (``gemm_wgmma`` in cuda_src/gemm_sm90.cu, warpgroup MMA
 fed by TMA, built for sm_90a): when the own-kernel path runs it (the ``matmul.wgmma`` setting,
 compute capability 9.0, operands TMA can read), how it is launched (pure planning and a stand-in
 H200), that every instance builds within its registers, and on an H200 that it gives NumPy's
@@ -19,7 +19,7 @@ from array_helpers import PRODUCT_TOL as TOL
 from array_helpers import bound_check
 from ignis._array._cuda_backend import matmul as mm
 from ignis._array._cuda_backend import matmul_sm90 as sm90
-from test_cuda_matmul import NP, check_out_views, dev, rand, reference
+from test_cuda_matmul import NP, TF32_TOL, check_out_views, dev, rand, reference
 
 import ignis
 from ignis import _dtypes as dt
@@ -214,6 +214,34 @@ def test_plan_of_batches():
         c=mat(1 << 28, n, 1, (m * n,)),
     )
     assert big.grid == (200_000, 1, 1)
+
+
+def test_tf32_plans_take_k_major_float32_operands_only():
+    m, n, k = 300, 200, 96
+    a = mat(1 << 20, k, 1)  # row-major: K-major
+    b_t = mat(1 << 24, 1, k)  # B = W^T of a row-major (n, k) W: K-major
+    b_row = mat(1 << 24, n, 1)  # row-major B: N innermost
+    kw = dict(dtype=dt.float32, m=m, n=n, k=k, a=a, c=mat(1 << 28, n, 1))
+    launch = sm90.plan_wgmma_gemm(
+        dt.float32, (9, 0), (), m, n, k, a, b_t, kw["c"], 1.0, 0.0, 256, None, True
+    )
+    assert launch.kernel == "ignis::gemm90::gemm_wgmma<float, 256, 4, true, true>"
+    # a copy moves one 128-byte row of K: 32 float32 elements
+    assert launch.a_map.box == (32, 128, 1, 1) and launch.b_map.box == (32, 256, 1, 1)
+    assert launch.a_map.dims == (k, m, 1, 1) and launch.b_map.dims == (k, n, 1, 1)
+    assert launch.a_map.dtype == "float32" and launch.shared_mem == sm90.wgmma_smem(256)
+    # B with N innermost, or A a transposed view: TF32's wgmma cannot read them
+    for a_, b_ in ((a, b_row), (mat(1 << 20, 1, m), b_t)):
+        assert (
+            sm90.plan_wgmma_gemm(
+                dt.float32, (9, 0), (), m, n, k, a_, b_, kw["c"], 1.0, 0.0, 128, None, True
+            )
+            is None
+        )
+    # float32 without TF32 allowed never takes it
+    assert sm90.plan_wgmma_gemm(dt.float32, (9, 0), (), m, n, k, a, b_t, kw["c"], 1.0, 0.0) is None
+    assert sm90.k_major(m, k, a, True) and not sm90.k_major(k, n, b_row, False)
+    assert sm90.k_major(k, n, b_t, False) and sm90.k_major(1, n, b_row, False)
 
 
 def test_persistent_plans_launch_at_most_one_block_a_multiprocessor():
@@ -543,6 +571,35 @@ def test_other_cases_keep_the_existing_kernels(fake, tune, monkeypatch):
     assert kernel(a, a) == (hopper, 0)  # (its two maps: those of the first product, kept)
 
 
+def test_tf32_products_take_the_hopper_kernel_with_k_major_copies(fake, tune, monkeypatch):
+    tune(matmul=dict(wgmma=True, wgmma_tile_n=128))
+    m, k, n = 200, 96, 136
+    x = ignis.empty((m, k), dtype="float32", device="cuda:0")
+    w = ignis.empty((n, k), dtype="float32", device="cuda:0")  # a linear layer's weight
+    y = ignis.empty((k, n), dtype="float32", device="cuda:0")
+    name = "ignis::gemm90::gemm_wgmma<float, 128, 6, true, true>"
+    # TF32 off: the float32 SIMT kernel, as before
+    _, launches, maps = product(fake, x, w.T)
+    assert [n_.split("<")[0] for n_, *_ in launches] == ["ignis::gemm::gemm_simt"] and not maps
+    monkeypatch.setattr(mm, "_allow_tf32", True)
+    # x @ w.T: both operands K-major already, no copy
+    _, launches, maps = product(fake, x, w.T)
+    assert [n_ for n_, *_ in launches] == [name]
+    assert [m_[1] for m_ in maps] == [(k, m, 1, 1), (k, n, 1, 1)]
+    assert [m_[3] for m_ in maps] == [(32, 128, 1, 1), (32, 128, 1, 1)]
+    # x @ y (y row-major) and x.T-stored A: copied K-major first, one copy each
+    _, launches, maps = product(fake, x, y)
+    assert len(launches) == 2 and launches[-1][0] == name
+    assert [m_[1] for m_ in maps] == [(k, n, 1, 1)]  # (the copy's map; x's is kept)
+    xt = ignis.empty((k, m), dtype="float32", device="cuda:0")
+    _, launches, _ = product(fake, xt.T, y)
+    assert len(launches) == 3 and launches[-1][0] == name
+    # the setting, or another architecture, keeps the mma.sync TF32 kernel
+    tune(matmul=dict(wgmma=True, wgmma_tile_n=128, wgmma_tf32=False))
+    _, launches, _ = product(fake, x, w.T)
+    assert [n_.split("<")[0] for n_, *_ in launches] == ["ignis::gemm::gemm_tc"]
+
+
 def test_the_setting_is_checked_and_read_from_the_environment():
     from ignis import _tuning
 
@@ -569,7 +626,7 @@ def all_names() -> list[str]:
         for tile_n in sm90.TILE_N
         for ak in (True, False)
         for bk in (True, False)
-    ]
+    ] + [sm90.wgmma_name(dt.float32, tile_n, True, True) for tile_n in sm90.TILE_N]
 
 
 def compile_names(names, extra=()):
@@ -790,3 +847,60 @@ def test_nan_and_inf_propagate(own, tune):
     assert np.isnan(got[3]).all() and np.isinf(got[100]).all()
     assert (got[np.r_[0:3, 4:100, 101:130]] == 64).all()
     assert len(own) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tile_n", [128, 256])
+@pytest.mark.parametrize("mkn", SHAPES, ids=[f"{m}x{k}x{n}" for m, k, n in SHAPES])
+def test_tf32_products_match_float64(own, tune, monkeypatch, tile_n, mkn):
+    m, k, n = mkn
+    rng = np.random.default_rng(m * 7919 + k * 31 + n + 1)
+    monkeypatch.setattr(mm, "_allow_tf32", True)
+    ah, a = padded(rng, m, k, "float32")
+    bh, b = padded(rng, k, n, "float32")
+    check_tf32(tune, a, b, ah, bh, f"{mkn}", own, tile_n)
+
+
+@pytest.mark.gpu
+def test_tf32_operand_layouts_and_batches(own, tune, monkeypatch):
+    rng = np.random.default_rng(11)
+    monkeypatch.setattr(mm, "_allow_tf32", True)
+    m, k, n = 300, 200, 264
+    xa, xat = rand(rng, (m, k), "float32"), rand(rng, (k, m + 4), "float32")
+    xb, xbt = rand(rng, (k, n), "float32"), rand(rng, (n, k), "float32")
+    a_views = {"row": (dev(xa, "float32"), xa), "col": (dev(xat, "float32").T[:m], xat.T[:m])}
+    b_views = {"row": (dev(xb, "float32"), xb), "col": (dev(xbt, "float32").T, xbt.T)}
+    for an, (a, ah) in a_views.items():
+        for bn, (b, bh) in b_views.items():
+            check_tf32(tune, a, b, ah, bh, f"a={an} b={bn}", own, 256)
+    for sa, sb in (((3, 130, 72), (3, 72, 264)), ((2, 1, 70, 40), (1, 3, 40, 200))):
+        x, y = rand(rng, sa, "float32"), rand(rng, sb, "float32")
+        check_tf32(tune, dev(x, "float32"), dev(y, "float32"), x, y, f"{sa} @ {sb}", own)
+    assert {name for name in own} == {
+        f"ignis::gemm90::gemm_wgmma<float, {t}, {sm90.STAGES[t]}, true, true>" for t in (128, 256)
+    }
+    # alpha, beta and an odd out view (element stores)
+    x, y, c0 = rand(rng, (200, 136), "float32"), rand(rng, (136, 296), "float32"), None
+    tune(matmul=dict(wgmma=True, wgmma_tile_n=256))
+    big0 = rand(rng, (201, 299), "float32")
+    big = dev(big0, "float32")
+    c0 = big0[1:, 3:]
+    ignis.matmul(dev(x, "float32"), dev(y, "float32"), alpha=-0.5, beta=2.0, out=big[1:, 3:])
+    ref, scale = reference(x, y, -0.5, 2.0, c0)
+    got = big.to_host()
+    bound_check(got[1:, 3:], ref, scale, TF32_TOL, "tf32 alpha/beta into a view")
+    assert np.array_equal(got[0], big0[0]) and np.array_equal(got[:, :3], big0[:, :3])
+
+
+def check_tf32(tune, a, b, ah, bh, what, own, tile_n=128):
+    """a @ b (float32, TF32 allowed) on gemm_wgmma against NumPy in float64 and against the
+    mma.sync TF32 kernel."""
+    tune(matmul=dict(wgmma=True, wgmma_tile_n=tile_n))
+    before = len(own)
+    got = (a @ b).to_host()
+    assert len(own) == before + 1, f"{what}: gemm_wgmma did not run"
+    ref, scale = reference(ah, bh)
+    bound_check(got, ref, scale, TF32_TOL, f"wgmma tf32 {what}")
+    tune(matmul=dict(wgmma=False))
+    theirs = (a @ b).to_host()
+    bound_check(got, np.asarray(theirs, np.float64), scale, 2 * TF32_TOL, f"vs tc tf32 {what}")

@@ -317,7 +317,8 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
         done = _cublas_matmul(lib, backend, stream, dtype, batch, m, n, k, a, b, am, bm, cm,
                               target, alpha, beta, keep, key if target is out else None)
     if not done and _force_family is None and _tuning.current.matmul.wgmma:
-        done = _wgmma_matmul(backend, stream, dtype, batch, m, n, k, am, bm, cm, alpha, beta)
+        done = _wgmma_matmul(backend, stream, dtype, batch, m, n, k, a, b, am, bm, cm, alpha,
+                             beta, keep)
     if not done:
         cc = backend.gpu.compute_capability
         for launch in plan_own_gemm(dtype, cc, _allow_tf32, batch, m, n, k, am, bm, cm,
@@ -330,15 +331,26 @@ def _matmul_planned(backend: Any, out: NvArray, a: NvArray, b: NvArray, alpha: f
 
 
 def _wgmma_matmul(backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, ...], m: int,
-                  n: int, k: int, am: Mat, bm: Mat, cm: Mat, alpha: float, beta: float) -> bool:
+                  n: int, k: int, a: NvArray, b: NvArray, am: Mat, bm: Mat, cm: Mat,
+                  alpha: float, beta: float, keep: list[Any]) -> bool:
     """Queue the product on the Hopper kernel ``gemm_wgmma`` (:mod:`.matmul_sm90`); False
-    where it does not apply (the caller then runs the other own kernels)."""
+    where it does not apply (the caller then runs the other own kernels). TF32 products take
+    K-major operands only: an operand in the other layout is copied into it first (into
+    ``keep``), a pass over it that costs far less than the product it lets run on wgmma."""
     from . import matmul_sm90  # (imported on first use: it imports this module)
 
     settings = _tuning.current.matmul
     sms = int(backend.gpu.multiprocessor_count) if settings.wgmma_persistent else None
-    launch = matmul_sm90.plan_wgmma_gemm(dtype, backend.gpu.compute_capability, batch, m, n, k,
-                                         am, bm, cm, alpha, beta, settings.wgmma_tile_n, sms)
+    tf32 = _allow_tf32 and settings.wgmma_tf32 and dtype is dt.float32
+    cc = backend.gpu.compute_capability
+    if tf32 and cc == (9, 0):
+        if not matmul_sm90.k_major(m, k, am, True):
+            am = _compact_copy(backend, a, keep)  # row-major: K innermost
+        if not matmul_sm90.k_major(k, n, bm, False):
+            t = _compact_copy(backend, b.mT, keep)  # B^T row-major: B's columns contiguous
+            bm = Mat(t.ptr, t.cs, t.rs, t.bs)
+    launch = matmul_sm90.plan_wgmma_gemm(dtype, cc, batch, m, n, k, am, bm, cm, alpha, beta,
+                                         settings.wgmma_tile_n, sms, tf32)
     if launch is None:
         return False
     matmul_sm90.launch_wgmma(backend, stream, launch)

@@ -1,11 +1,13 @@
-"""The own float16 / bfloat16 GEMM of Hopper GPUs: ``gemm_wgmma`` (``cuda_src/gemm_sm90.cu``).
+"""The own float16 / bfloat16 / TF32 GEMM of Hopper GPUs: ``gemm_wgmma`` (``cuda_src/gemm_sm90.cu``).
 
 Warpgroup MMA (wgmma) fed by TMA copies, built for ``sm_90a`` (compute capability 9.0 only).
 :mod:`.matmul` runs it in place of the mma.sync kernel ``gemm_tc`` when the ``matmul.wgmma``
 setting is on (``ignis.tuning(matmul=dict(wgmma=True))`` or ``IGNIS_TUNE_MATMUL_WGMMA=1``; off
 by default) and :func:`plan_wgmma_gemm` finds the product's operands readable by TMA:
 
-* float16 / bfloat16, compute capability 9.0, ``0 < k`` and m, n, k below 2**31;
+* float16 / bfloat16, or float32 with TF32 allowed (``tf32=True``; both operands must then be
+  K-major: A's rows and B's columns contiguous, see :func:`k_major`), compute capability 9.0,
+  ``0 < k`` and m, n, k below 2**31;
 * A and B each have a contiguous dim (element stride 1) among their last two, and their base
   address, other matrix stride and batch strides are multiples of 16 bytes (0 for a broadcast
   batch dim; negative strides are not), with at most two batch dims once merged
@@ -49,6 +51,7 @@ __all__ = [
     "launch_wgmma",
     "STAGES",
     "TILE_N",
+    "k_major",
 ]
 
 SOURCE = "gemm_sm90.cu"
@@ -60,7 +63,7 @@ TILE_N = tuple(STAGES)
 _ARGS = struct.Struct("<9q2f4i")  # ignis::gemm90::WgmmaArgs (96 bytes)
 _INT_MAX = 2**31 - 1
 _STRIDE_LIMIT = 2**40  # TMA: byte strides below 2**40
-_DTYPES = (dt.float16, dt.bfloat16)
+_DTYPES = (dt.float16, dt.bfloat16)  # (float32 too, as TF32, when the caller allows it)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,15 @@ def wgmma_name(dtype: dt.DType, tile_n: int, a_kmajor: bool, b_kmajor: bool) -> 
         f"ignis::gemm90::gemm_wgmma<{CTYPE[dtype]}, {tile_n}, {STAGES[tile_n]}, "
         f"{flag[a_kmajor]}, {flag[b_kmajor]}>"
     )
+
+
+def k_major(rows: int, cols: int, mat: Mat, is_a: bool) -> bool:
+    """Whether operand ``mat`` (``rows`` x ``cols``) is K-major: A (m x k) with its rows
+    contiguous, B (k x n) with its columns contiguous (a transposed view of a row-major
+    matrix), or the other dim of one element. TF32 products need both operands so."""
+    if is_a:
+        return mat.cs == 1 or cols == 1
+    return mat.rs == 1 or rows == 1
 
 
 def _valid_stride(nbytes: int) -> bool:
@@ -188,14 +200,17 @@ def plan_wgmma_gemm(
     beta: float,
     tile_n: int = 128,
     sm_count: int | None = None,
+    tf32: bool = False,
 ) -> WgmmaLaunch | None:
     """The ``gemm_wgmma`` launch of ``c = alpha * a @ b + beta * c`` (m x k times k x n over
     ``batch``), or None where it does not apply (see the module's conditions; the caller then
     runs the existing kernels). ``sm_count``: launch at most that many blocks, each looping
     over output tiles (persistent; give the GPU's multiprocessor count); None: one block a
-    tile. Pure: no GPU, no tensor map built yet."""
+    tile. ``tf32``: float32 products may run on TF32 (K-major operands only). Pure: no GPU, no
+    tensor map built yet."""
+    as_tf32 = tf32 and dtype is dt.float32
     if (
-        dtype not in _DTYPES
+        (dtype not in _DTYPES and not as_tf32)
         or compute_capability != (9, 0)
         or k <= 0
         or m <= 0
@@ -210,15 +225,19 @@ def plan_wgmma_gemm(
     # A: K innermost (row-major: read K-major) first; B: N innermost (row-major: MN-major).
     # A copy moves 64 elements of the contiguous dim (128 bytes, the swizzle's width) times
     # the tile's extent along the other dim.
+    # (TF32: B with K innermost, the only layout its wgmma reads)
     am = _operand_map(dtype, m, k, a, sa, shape, True)
-    bm = _operand_map(dtype, k, n, b, sb, shape, True)
+    bm = _operand_map(dtype, k, n, b, sb, shape, not as_tf32)
     if am is None or bm is None:
         return None
     a_kmajor, a_dims, a_strides, a_bits = am
     b_cols_inner, b_dims, b_strides, b_bits = bm
     b_kmajor = not b_cols_inner
-    a_spec = MapSpec(a.ptr, dtype.name, a_dims, a_strides, (64, BM if a_kmajor else BK, 1, 1))
-    b_spec = MapSpec(b.ptr, dtype.name, b_dims, b_strides, (64, tile_n if b_kmajor else BK, 1, 1))
+    if as_tf32 and not (a_kmajor and b_kmajor):
+        return None
+    row = 128 // dtype.itemsize  # elements of a 128-byte row: one copy's inner extent
+    a_spec = MapSpec(a.ptr, dtype.name, a_dims, a_strides, (row, BM if a_kmajor else BK, 1, 1))
+    b_spec = MapSpec(b.ptr, dtype.name, b_dims, b_strides, (row, tile_n if b_kmajor else BK, 1, 1))
     tiles_m, tiles_n = -(-m // BM), -(-n // tile_n)
     if tiles_m * tiles_n > _INT_MAX:
         return None
