@@ -240,8 +240,13 @@ def test_tf32_plans_take_k_major_float32_operands_only():
         )
     # float32 without TF32 allowed never takes it
     assert sm90.plan_wgmma_gemm(dt.float32, (9, 0), (), m, n, k, a, b_t, kw["c"], 1.0, 0.0) is None
-    assert sm90.k_major(m, k, a, True) and not sm90.k_major(k, n, b_row, False)
-    assert sm90.k_major(k, n, b_t, False) and sm90.k_major(1, n, b_row, False)
+    assert sm90.k_major(m, k, a, True, 4) and not sm90.k_major(k, n, b_row, False, 4)
+    assert sm90.k_major(k, n, b_t, False, 4)
+    # K of one element: N is then the inner dim, a 4-byte stride TMA cannot take (copied)
+    assert not sm90.k_major(1, n, b_row, False, 4)
+    # K-major but not readable by TMA: rows of 129 float32 (516 bytes), a base off 16 bytes
+    assert not sm90.k_major(m, 129, mat(1 << 20, 129, 1), True, 4)
+    assert not sm90.k_major(m, k, mat((1 << 20) + 4, k, 1), True, 4)
 
 
 def test_persistent_plans_launch_at_most_one_block_a_multiprocessor():
@@ -594,6 +599,13 @@ def test_tf32_products_take_the_hopper_kernel_with_k_major_copies(fake, tune, mo
     xt = ignis.empty((k, m), dtype="float32", device="cuda:0")
     _, launches, _ = product(fake, xt.T, y)
     assert len(launches) == 3 and launches[-1][0] == name
+    # rows of 129 float32 (516 bytes, which TMA cannot step): both operands are copied K-major
+    # into rows padded to 132 elements (528 bytes)
+    x2 = ignis.empty((m, 129), dtype="float32", device="cuda:0")
+    y2 = ignis.empty((129, n), dtype="float32", device="cuda:0")
+    _, launches, maps = product(fake, x2, y2)
+    assert len(launches) == 3 and launches[-1][0] == name
+    assert [(m_[1], m_[2][0]) for m_ in maps] == [((129, m, 1, 1), 528), ((129, n, 1, 1), 528)]
     # the setting, or another architecture, keeps the mma.sync TF32 kernel
     tune(matmul=dict(wgmma=True, wgmma_tile_n=128, wgmma_tf32=False))
     _, launches, _ = product(fake, x, w.T)

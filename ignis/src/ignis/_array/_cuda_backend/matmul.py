@@ -168,8 +168,10 @@ def _as_mat(backend: Any, arr: NvArray) -> Mat | None:
     return Mat(backend.data_ptr(arr), strides[-2], strides[-1], strides[:-2])
 
 
-def _compact_copy(backend: Any, arr: NvArray, keep: list[Any]) -> Mat:
-    """A contiguous copy of ``arr``'s distinct matrices (broadcast batch dims stay broadcast)."""
+def _compact_copy(backend: Any, arr: NvArray, keep: list[Any], pad_rows: bool = False) -> Mat:
+    """A contiguous copy of ``arr``'s distinct matrices (broadcast batch dims stay broadcast).
+    ``pad_rows``: each row starts a multiple of 16 bytes after the last (storage rows padded),
+    as TMA copies need."""
     from .. import _creation
 
     shape = list(arr.shape)
@@ -177,9 +179,13 @@ def _compact_copy(backend: Any, arr: NvArray, keep: list[Any]) -> Mat:
         if arr.strides[i] == 0:
             shape[i] = 1  # copy one matrix, broadcast it again below
     src = arr._view(arr._offset, tuple(shape), arr.strides)
-    tmp = _creation._new(tuple(shape), arr.dtype, arr._device)
+    cols = shape[-1]
+    per_16 = max(1, 16 // arr.dtype.itemsize)
+    padded = -(-cols // per_16) * per_16 if pad_rows else cols
+    storage = _creation._new((*shape[:-1], padded), arr.dtype, arr._device)
+    tmp = storage if padded == cols else storage[..., :cols]
     backend.copy(tmp, src)
-    keep.append(tmp)
+    keep.append(storage)
     m = _as_mat(backend, tmp)
     assert m is not None
     bs = tuple(0 if arr.strides[i] == 0 else m.bs[i] for i in range(arr.ndim - 2))
@@ -344,10 +350,10 @@ def _wgmma_matmul(backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, 
     tf32 = _allow_tf32 and settings.wgmma_tf32 and dtype is dt.float32
     cc = backend.gpu.compute_capability
     if tf32 and cc == (9, 0):
-        if not matmul_sm90.k_major(m, k, am, True):
-            am = _compact_copy(backend, a, keep)  # row-major: K innermost
-        if not matmul_sm90.k_major(k, n, bm, False):
-            t = _compact_copy(backend, b.mT, keep)  # B^T row-major: B's columns contiguous
+        if not matmul_sm90.k_major(m, k, am, True, 4):
+            am = _compact_copy(backend, a, keep, pad_rows=True)  # row-major: K innermost
+        if not matmul_sm90.k_major(k, n, bm, False, 4):
+            t = _compact_copy(backend, b.mT, keep, pad_rows=True)  # B^T row-major
             bm = Mat(t.ptr, t.cs, t.rs, t.bs)
     launch = matmul_sm90.plan_wgmma_gemm(dtype, cc, batch, m, n, k, am, bm, cm, alpha, beta,
                                          settings.wgmma_tile_n, sms, tf32)

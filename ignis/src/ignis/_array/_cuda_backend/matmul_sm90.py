@@ -107,13 +107,18 @@ def wgmma_name(dtype: dt.DType, tile_n: int, a_kmajor: bool, b_kmajor: bool) -> 
     )
 
 
-def k_major(rows: int, cols: int, mat: Mat, is_a: bool) -> bool:
-    """Whether operand ``mat`` (``rows`` x ``cols``) is K-major: A (m x k) with its rows
-    contiguous, B (k x n) with its columns contiguous (a transposed view of a row-major
-    matrix), or the other dim of one element. TF32 products need both operands so."""
-    if is_a:
-        return mat.cs == 1 or cols == 1
-    return mat.rs == 1 or rows == 1
+def k_major(rows: int, cols: int, mat: Mat, is_a: bool, itemsize: int) -> bool:
+    """Whether operand ``mat`` (``rows`` x ``cols`` elements of ``itemsize`` bytes) is K-major
+    where TMA reads it: A (m x k) with its rows contiguous, B (k x n) with its columns
+    contiguous (a transposed view of a row-major matrix), or the other dim of one element; the
+    base and the other matrix stride multiples of 16 bytes. TF32 products need both operands
+    so (the caller copies one that is not)."""
+    if mat.ptr % 16:
+        return False
+    inner_ok, outer, step = (mat.cs == 1, rows, mat.rs) if is_a else (mat.rs == 1, cols, mat.cs)
+    if not inner_ok and (cols if is_a else rows) != 1:
+        return False
+    return outer == 1 or _valid_stride(step * itemsize)
 
 
 def _valid_stride(nbytes: int) -> bool:
