@@ -41,10 +41,12 @@ from typing import Any
 import ignis._bindings as _bindings
 import ignis._device as _device
 import ignis._kernel as _kernel
+import ignis._tensor_map as tensor_map
 import numpy as np
 from ignis._arg_packing import ArgPacker
 from ignis._array._cuda_backend import attention as cuda_attention
 from ignis._array._cuda_backend import elementwise as cuda_ew
+from ignis._array._cuda_backend import matmul_sm90 as cuda_matmul_sm90
 from ignis._array._cuda_backend._strided import StridedPacker
 from ignis._bindings import cu, driver
 
@@ -84,6 +86,8 @@ _STRUCT_SIZES: dict[str, Callable[[re.Match[str]], int]] = {
     r"StridedArgs<(\d+)>": lambda m: StridedPacker(int(m.group(1))).size,
     r"OuterLayout": lambda m: 8 * 8 + 8 * 8 + 4 + 4,
     r"^Layout$": lambda m: cuda_attention.LAYOUT.size,  # ignis::attn::Layout
+    r"tma::TensorMap$": lambda m: tensor_map.MAP_BYTES,  # a CUtensorMap (the Hopper kernels)
+    r"^WgmmaArgs$": lambda m: cuda_matmul_sm90._ARGS.size,  # gemm_wgmma's problem
 }
 
 
@@ -103,6 +107,7 @@ _FAKED = (
     "cuMemsetD32Async",
     "cuStreamSynchronize",
     "cuCtxSynchronize",
+    "cuTensorMapEncodeTiled",  # (the Hopper kernels' TMA descriptors: opaque bytes)
 )
 
 
@@ -147,6 +152,7 @@ class FakeDriver:
             "cuMemAllocAsync": self._alloc_result,
             "cuMemAlloc": self._alloc_result,
             "cuDeviceGetDefaultMemPool": self._pool_result,
+            "cuTensorMapEncodeTiled": (driver.CUresult.CUDA_SUCCESS, driver.CUtensorMap()),
         }
         fakes = {name: self._counted(name, results.get(name, self.SUCCESS)) for name in _FAKED}
         for name, fake in fakes.items():
