@@ -40,6 +40,7 @@
 // host's (matmul.cu's kernels take it).
 #include "ignis_types.cuh"
 #include "tensor_core.cuh"
+#include "tile_order.cuh"
 #include "tma.cuh"
 #include "wgmma.cuh"
 
@@ -59,7 +60,8 @@ struct WgmmaArgs {
 };
 static_assert(sizeof(WgmmaArgs) == 96, "WgmmaArgs must match the host's packing (matmul.py)");
 
-constexpr int BM = 128, BK = 64, THREADS = 384;
+// (enumerators: a build without the kernel templates would warn about unused variables)
+enum : int { BM = 128, BK = 64, THREADS = 384 };  // BK: 16-bit elements of a K step
 
 // Bytes of one ring buffer: the A tile (BM rows of K) and the B tile (BN columns of K), each
 // row 128 bytes of K (BK 16-bit elements, or BK / 2 float32 ones).
@@ -104,20 +106,8 @@ template <int N> IGNIS_DEV void regs_up() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
-// Tile `id` of a matrix, in groups of 8 tile rows, so that the tiles computed at the same time
-// share A and B panels in L2 (as matmul.cu's tile_of_block).
-IGNIS_DEV void tile_of_item(const WgmmaArgs& p, int id, int& tile_m, int& tile_n) {
-  const int group_rows = 8;
-  const int per_group = group_rows * p.tiles_n;
-  const int group = id / per_group;
-  const int first_m = group * group_rows;
-  const int rows = (p.tiles_m - first_m) < group_rows ? (p.tiles_m - first_m) : group_rows;
-  const int in_group = id - group * per_group;
-  tile_m = first_m + in_group % rows;
-  tile_n = in_group / rows;
-}
-
-// Work item w: the first row and column of its output tile and its matrix's batch coordinates.
+// Work item w: the first row and column of its output tile (tile_order.cuh) and its matrix's
+// batch coordinates.
 struct Work {
   int m0, n0, z_in, z_out;
 };
@@ -125,7 +115,7 @@ IGNIS_DEV Work work_item(const WgmmaArgs& p, int64 w, int bn) {
   const int64 per_matrix = (int64)p.tiles_m * p.tiles_n;
   const int64 z = w / per_matrix;
   int tile_m, tile_n;
-  tile_of_item(p, (int)(w - z * per_matrix), tile_m, tile_n);
+  grouped_tile((int)(w - z * per_matrix), p.tiles_m, p.tiles_n, tile_m, tile_n);
   return Work{tile_m * BM, tile_n * bn, (int)(z % p.batch_inner), (int)(z / p.batch_inner)};
 }
 

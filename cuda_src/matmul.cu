@@ -42,6 +42,7 @@
 #include "ignis_types.cuh"
 #include "complex.cuh"
 #include "tensor_core.cuh"
+#include "tile_order.cuh"
 
 namespace ignis {
 namespace gemm {
@@ -142,18 +143,9 @@ IGNIS_DEV bool batch_of_block(const GemmArgs& p, int64& z) {
   return z < p.batch;
 }
 
-// The output tile (tile_m, tile_n) of this block. Blocks are ordered in groups of 8 tile rows
-// so that blocks running at the same time share A and B panels in L2.
+// The output tile (tile_m, tile_n) of this block (tile_order.cuh: groups of 8 tile rows).
 IGNIS_DEV void tile_of_block(const GemmArgs& p, int& tile_m, int& tile_n) {
-  const int group_rows = 8;
-  const int id = (int)blockIdx.x;
-  const int per_group = group_rows * p.tiles_n;
-  const int group = id / per_group;
-  const int first_m = group * group_rows;
-  const int rows = (p.tiles_m - first_m) < group_rows ? (p.tiles_m - first_m) : group_rows;
-  const int in_group = id - group * per_group;
-  tile_m = first_m + in_group % rows;
-  tile_n = in_group / rows;
+  grouped_tile((int)blockIdx.x, p.tiles_m, p.tiles_n, tile_m, tile_n);
 }
 
 // C(i, j) = alpha * acc + beta * C(i, j), or alpha * acc when beta == 0 (C not read).
