@@ -10,8 +10,13 @@ On a GPU of compute capability 9.0 the bfloat16 and TF32 modes also time the own
 (``gemm_wgmma``, the ``matmul.wgmma`` setting) with both of its tiles, persistent (one block a
 multiprocessor, the default) and with one block a tile, beside the mma.sync one.
 
-Run on a GPU machine: ``python benchmarks/matmul.py [--sizes 4096,8192] [--seconds 0.6]``.
-Prints a Markdown table.
+``--gpt`` times instead the products of one training step of ``gpt_step.py``'s model (16384
+tokens, width 384, MLP 1536, 3 x 384 for q, k, v): each linear layer's forward ``x @ w.T``, its
+input gradient ``dy @ w`` and its weight gradient ``dy.T @ x``, in bfloat16 and in float32 with
+TF32, through cuBLAS and on the own kernels (gemm_wgmma's defaults on Hopper).
+
+Run on a GPU machine: ``python benchmarks/matmul.py [--sizes 4096,8192] [--seconds 0.6]
+[--gpt]``. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -102,11 +107,53 @@ def bench_torch(x: np.ndarray, y: np.ndarray, dtype: str, tf32: bool,
     return ms, result
 
 
+GPT_TOKENS, GPT_DIM = 16384, 384  # gpt_step.py: batch 64 x context 256, width 384
+GPT_LAYERS = [("qkv", 3 * GPT_DIM, GPT_DIM), ("attention out", GPT_DIM, GPT_DIM),
+              ("mlp up", 4 * GPT_DIM, GPT_DIM), ("mlp down", GPT_DIM, 4 * GPT_DIM)]
+
+
+def gpt_products(seconds: float) -> None:
+    """The table of ``--gpt``: each layer's three products, cuBLAS beside the own kernels."""
+    rng = np.random.default_rng(0)
+    have_cublas = mm.cublas_available()
+    print(f"GPT step products on {ignis.Device(0).name}: {GPT_TOKENS} tokens, median of "
+          "CUDA-event-timed repeats")
+    print("| layer | product | m x k x n | mode | cuBLAS ms | own ms | own / cuBLAS |")
+    print("|---|---|---|---|---:|---:|---:|")
+    saved = (mm.get_cublas_enabled(), mm.get_allow_tf32())
+    try:
+        for layer, out_f, in_f in GPT_LAYERS:
+            host = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in (
+                ("x", (GPT_TOKENS, in_f)), ("w", (out_f, in_f)), ("dy", (GPT_TOKENS, out_f)))}
+            for label, dtype, tf32 in (("bfloat16", "bfloat16", False), ("tf32", "float32", True)):
+                x, w, dy = (ignis.NvArray.from_host(host[k], dtype=dtype, device="cuda:0")
+                            for k in ("x", "w", "dy"))
+                cases = [("forward x @ w.T", x, w.T), ("input grad dy @ w", dy, w),
+                         ("weight grad dy.T @ x", dy.T, x)]
+                for name, a, b in cases:
+                    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+                    out = ignis.empty((m, n), dtype=dtype, device="cuda:0")
+                    own_ms, _ = bench_ignis(a, b, out, False, tf32, seconds, 256)
+                    if have_cublas:
+                        blas_ms, _ = bench_ignis(a, b, out, True, tf32, seconds)
+                        cells = f"{blas_ms:.3f} | {own_ms:.3f} | {blas_ms / own_ms:.2f}"
+                    else:
+                        cells = f"n/a | {own_ms:.3f} | "
+                    print(f"| {layer} | {name} | {m} x {k} x {n} | {label} | {cells} |")
+    finally:
+        mm.set_cublas_enabled(saved[0])
+        mm.set_allow_tf32(saved[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="4096,8192", help="comma-separated n of n x n x n")
     parser.add_argument("--seconds", type=float, default=0.6, help="time budget per measurement")
+    parser.add_argument("--gpt", action="store_true", help="the GPT step's products instead")
     args = parser.parse_args()
+    if args.gpt:
+        gpt_products(args.seconds)
+        return
     sizes = [int(s) for s in args.sizes.split(",") if s]
 
     dev = ignis.Device(0)
