@@ -30,7 +30,8 @@ environment picks the Onesweep pass kernel and its tuning for a whole run (every
 marked ``(lsd)``): ``IGNIS_SORT_RADIX=onesweep_v1`` the first pass kernel, for comparison;
 ``IGNIS_SORT_ITEMS="20,16"`` the keys a thread and ``IGNIS_SORT_BLOCKS="3,3"`` the blocks an
 SM it is compiled for (for keys of up to 4 bytes, then for 8-byte keys; see ``ONESWEEP_ITEMS``
-in ``ignis._array._cuda_backend.sorting``).
+in ``ignis._array._cuda_backend.sorting``); ``IGNIS_SORT_RANK=atomic_or`` ranks a warp's
+keys through shared atomicOr words instead of ballots.
 """
 
 from __future__ import annotations

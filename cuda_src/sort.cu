@@ -762,12 +762,20 @@ SORT_DEV uint32 look_back_digit(const uint64* words, int64 t, int pass) {
   }
 }
 
+// How radix_onesweep finds the lanes of a warp whose key has this lane's digit: RANK_BALLOTS,
+// eight ballots a key (match_digit8); RANK_ATOMIC_OR, each lane sets its bit in a shared word of
+// its digit (atomicOr) and reads the word back: two shared accesses and two warp barriers a key
+// instead of about 32 integer instructions. Two sets of words alternate from key to key, so that
+// the leader's clearing of one set and the next key's bits never meet.
+enum : int { RANK_BALLOTS = 0, RANK_ATOMIC_OR = 1 };
+
 // One pass of the Onesweep sort; the parameters and the roles as radix_onesweep_v1's (same
 // launch). The tile's keys are warp-striped: warp w holds elements [w * 32 * IT, ...), element
 // r * 32 + lane of it in key[r]; elements past the row's end are padding with key ONES (digit
 // 255 in every pass), ranked after every element of the tile (they come last in element order),
 // so they take its last slots and the scatter leaves them there.
-template <class T, int IT = ONESWEEP_ITEMS, int BLOCKS = 0>  // (BLOCKS 0: OnesweepBlocks's)
+template <class T, int IT = ONESWEEP_ITEMS, int BLOCKS = 0,  // (BLOCKS 0: OnesweepBlocks's)
+          int RANK = RANK_BALLOTS>
 __global__ void __launch_bounds__(THREADS, (BLOCKS ? BLOCKS : OnesweepBlocks<sizeof(T), IT>::value))
     radix_onesweep(const T* x, void* keys0, void* keys1, uint32* idx0, uint32* idx1, T* values,
                    int64* indices, const uint32* hist, const uint32* plan, uint64* status,
@@ -784,10 +792,23 @@ __global__ void __launch_bounds__(THREADS, (BLOCKS ? BLOCKS : OnesweepBlocks<siz
   __shared__ uint64 sums[WARPS];
   __shared__ S exchange[OS_TILE];
   __shared__ uint32 tile_id;
+  static_assert(RANK == RANK_BALLOTS || RANK == RANK_ATOMIC_OR, "radix_onesweep: RANK");
+  // The atomicOr words live in the exchange, which is not used before the ranking ends.
+  constexpr int MATCH_SETS = 2;
+  static_assert(RANK != RANK_ATOMIC_OR || sizeof(exchange) >= MATCH_SETS * WARPS * RADIX * 4,
+                "radix_onesweep: RANK_ATOMIC_OR needs a tile of at least 16 KiB");
+  typedef uint32 MatchWords[WARPS][RADIX];
+  MatchWords* match = reinterpret_cast<MatchWords*>(exchange);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid == 0) tile_id = atomicAdd(counter, 1u);
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) warp_count[w][tid] = 0;
+  if constexpr (RANK == RANK_ATOMIC_OR) {
+#pragma unroll
+    for (int q = 0; q < MATCH_SETS; ++q)
+#pragma unroll
+      for (int w = 0; w < WARPS; ++w) match[q][w][tid] = 0;
+  }
   __syncthreads();
   const int64 tile = (int64)tile_id;
   const int64 seg = tile / tiles_per_seg;
@@ -834,10 +855,22 @@ __global__ void __launch_bounds__(THREADS, (BLOCKS ? BLOCKS : OnesweepBlocks<siz
 #pragma unroll
   for (int r = 0; r < IT; ++r) {
     const uint32 d = digit(key[r], shift);
-    const unsigned peers = match_digit8(d);
+    unsigned peers;
+    if constexpr (RANK == RANK_ATOMIC_OR) {
+      uint32* word = &match[r % MATCH_SETS][warp][d];
+      atomicOr(word, 1u << lane);
+      __syncwarp();
+      peers = *word;
+      __syncwarp();  // every lane has read its word before the leader clears it
+    } else {
+      peers = match_digit8(d);
+    }
     const int leader = __ffs(peers) - 1;
     uint32 before = 0;
-    if (lane == leader) before = atomicAdd(&warp_count[warp][d], (uint32)__popc(peers));
+    if (lane == leader) {
+      before = atomicAdd(&warp_count[warp][d], (uint32)__popc(peers));
+      if constexpr (RANK == RANK_ATOMIC_OR) match[r % MATCH_SETS][warp][d] = 0;
+    }
     slot[r] = (d << 16) |
               (__shfl_sync(FULL, before, leader) + (uint32)__popc(peers & lanemask_lt(lane)));
   }

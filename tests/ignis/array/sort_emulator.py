@@ -190,6 +190,7 @@ template <class T> unsigned __match_any_sync(unsigned, T v) {
   return out;
 }
 template <class T> T atomicAdd(T* p, T v) { const T old = *p; *p = old + v; return old; }
+template <class T> T atomicOr(T* p, T v) { const T old = *p; *p = old | v; return old; }
 static inline void __nanosleep(unsigned) {}
 
 // Look-backs see the inclusive prefix of only every 64th tile of a row when this is set: they

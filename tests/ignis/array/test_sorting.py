@@ -21,6 +21,7 @@ from ignis._array._cuda_backend import sorting as cuda_sorting
 
 import ignis
 from ignis import CompileOptions, _sources
+from ignis import _dtypes as dt
 
 # --- data and references -----------------------------------------------------------------------
 
@@ -262,13 +263,24 @@ def test_sort_of_about_2_24_elements(device, rng, dtype):
     np.testing.assert_array_equal(check, np_argsort(rows, 1, False))
 
 
-@pytest.mark.parametrize("items,blocks", [(8, None), (20, None), (16, 2), (24, 3)])
-def test_onesweep_tunings_sort_alike(device, rng, monkeypatch, items, blocks):
-    # the tunings of radix_onesweep one may sweep (ONESWEEP_ITEMS / ONESWEEP_BLOCKS) all sort
-    # the same: many tiles a row, partial last tiles, several rows
+@pytest.mark.parametrize(
+    "items,blocks,rank",
+    [
+        (8, None, "ballots"),
+        (20, None, "ballots"),
+        (16, 2, "ballots"),
+        (24, 3, "ballots"),
+        (16, None, "atomic_or"),
+        (20, 3, "atomic_or"),
+    ],
+)
+def test_onesweep_tunings_sort_alike(device, rng, monkeypatch, items, blocks, rank):
+    # the tunings of radix_onesweep one may sweep (ONESWEEP_ITEMS / ONESWEEP_BLOCKS /
+    # ONESWEEP_RANK) all sort the same: many tiles a row, partial last tiles, several rows
     _gpu_only(device)
     monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: items, 8: min(items, 16)})
     monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", {4: blocks, 8: blocks})
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_RANK", rank)
     info = np.iinfo(np.int32)
     check_sort_of(device, rng.integers(info.min, info.max, size=(1 << 20) + 7, dtype=np.int32), 0)
     check_sort_of(device, rng.standard_normal((3, 70001)).astype(np.float32), 1)
@@ -519,6 +531,9 @@ ONESWEEP_TUNINGS = [
     "ignis::sort::radix_onesweep<float, 16, 2>",
     "ignis::sort::radix_onesweep<ignis::int64, 8>",
     "ignis::sort::radix_onesweep<double, 16, 4>",
+    "ignis::sort::radix_onesweep<float, 16, 0, 1>",  # (ranked by atomicOr)
+    "ignis::sort::radix_onesweep<ignis::uint8, 24, 3, 1>",
+    "ignis::sort::radix_onesweep<ignis::int64, 16, 0, 1>",
 ]
 
 
@@ -821,6 +836,41 @@ def test_emulated_unique_over_many_tiles(emulated, rng, hidden):
     np.testing.assert_array_equal(inverse.to_host(), winv)
     np.testing.assert_array_equal(counts.to_host(), wc)
     assert any("compact_flags" in n for n in emulated.launched)
+
+
+def test_the_rank_switch_names_its_kernels_and_is_checked(monkeypatch):
+    assert cuda_sorting.ONESWEEP_RANK == "ballots"  # the default
+    assert cuda_sorting.onesweep_name(dt.float32) == "ignis::sort::radix_onesweep<float>"
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_RANK", "atomic_or")
+    assert cuda_sorting.onesweep_name(dt.float32) == "ignis::sort::radix_onesweep<float, 16, 0, 1>"
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_BLOCKS", {4: 3, 8: None})
+    assert cuda_sorting.onesweep_name(dt.int32) == (
+        "ignis::sort::radix_onesweep<ignis::int32, 16, 3, 1>"
+    )
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_ITEMS", {4: 12, 8: 16})  # a 12 KiB tile
+    with pytest.raises(ValueError, match=r"needs tiles of at least 16 KiB: ONESWEEP_ITEMS\[4\]"):
+        cuda_sorting.onesweep_name(dt.float32)
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_RANK", "match")
+    with pytest.raises(ValueError, match="sort: ONESWEEP_RANK must be one of 'ballots', "):
+        cuda_sorting.onesweep_name(dt.float32)
+
+
+@emulator
+@pytest.mark.exhaustive
+def test_emulated_onesweep_ranked_by_atomic_or(monkeypatch, rng):
+    # the atomicOr ranking gives the ballots' order: keys of few and of many digits, partial
+    # tiles, several rows, 8-byte keys, and look-backs over several windows
+    monkeypatch.setattr(cuda_sorting, "ONESWEEP_RANK", "atomic_or")
+    names = cuda_sorting.kernel_names()
+    assert "ignis::sort::radix_onesweep<float, 16, 0, 1>" in names
+    with sort_emulator.emulated_backend(monkeypatch, names) as session:
+        check_sort_of("cpu", rng.integers(0, 256, size=5 * 4096 + 3).astype(np.uint8), 0)
+        check_sort_of("cpu", rng.standard_normal((3, 3 * 4096 + 11)).astype(np.float32), 1)
+        check_sort_of("cpu", rng.integers(-5, 5, size=2 * 4096 + 1).astype(np.int64), 0)
+        session.hide_prefixes(True)
+        check_sort_of("cpu", rng.integers(0, 1 << 30, size=26 * 4096 + 3).astype(np.int32), 0)
+        session.hide_prefixes(False)
+        assert any(n.endswith(", 0, 1>") for n in session.launched)
 
 
 @emulator

@@ -89,6 +89,11 @@ def _env_pair(name: str, default: int | None) -> dict[int, Any]:
 
 ONESWEEP_ITEMS: dict[int, Any] = _env_pair("IGNIS_SORT_ITEMS", _ONESWEEP_DEFAULT_ITEMS)
 ONESWEEP_BLOCKS: dict[int, Any] = _env_pair("IGNIS_SORT_BLOCKS", None)
+# How radix_onesweep matches the lanes of a warp that share a digit: "ballots" (eight ballots a
+# key, the default) or "atomic_or" (a shared word per digit that each lane sets its bit in; fewer
+# instructions a key). Read once per sort; IGNIS_SORT_RANK=atomic_or sets it for a run.
+ONESWEEP_RANK = os.environ.get("IGNIS_SORT_RANK", "ballots")
+_RANKS = {"ballots": 0, "atomic_or": 1}  # sort.cu's RANK_BALLOTS, RANK_ATOMIC_OR
 # How rows longer than one scan tile are scanned: "three_pass" (tile totals, their prefixes,
 # the scan from them: every block streams, nothing waits) or "look_back" (scan_rows: one pass
 # with decoupled look-back). Read once per scan; set it to compare the two.
@@ -154,15 +159,30 @@ def gather_name(dtype: dt.DType) -> str:
 
 def onesweep_name(dtype: dt.DType) -> str:
     """The Onesweep pass kernel of ``dtype`` at the :data:`ONESWEEP_ITEMS` /
-    :data:`ONESWEEP_BLOCKS` tuning (sort.cu's defaults: no template arguments but the type)."""
+    :data:`ONESWEEP_BLOCKS` / :data:`ONESWEEP_RANK` tuning (sort.cu's defaults: no template
+    arguments but the type)."""
     c = _ctype(dtype, "sort")
     width = _key_width(dtype)
     items, blocks = _onesweep_items(dtype), ONESWEEP_BLOCKS[width]
-    if blocks is not None:
-        if not isinstance(blocks, int) or not 1 <= blocks <= 8:
+    if blocks is not None and (not isinstance(blocks, int) or not 1 <= blocks <= 8):
+        raise ValueError(
+            f"sort: ONESWEEP_BLOCKS[{width}] must be None or from 1 to 8, got {blocks!r}"
+        )
+    rank = _RANKS.get(ONESWEEP_RANK)
+    if rank is None:
+        raise ValueError(
+            f"sort: ONESWEEP_RANK must be one of {', '.join(map(repr, _RANKS))}, "
+            f"got {ONESWEEP_RANK!r}"
+        )
+    if rank:
+        if items * (8 if width == 8 else 4) < 64:  # sort.cu: the words live in the exchange
             raise ValueError(
-                f"sort: ONESWEEP_BLOCKS[{width}] must be None or from 1 to 8, got {blocks!r}"
+                f"sort: ONESWEEP_RANK 'atomic_or' needs tiles of at least 16 KiB: "
+                f"ONESWEEP_ITEMS[{width}] of at least {64 // (8 if width == 8 else 4)}, "
+                f"got {items}"
             )
+        return f"ignis::sort::radix_onesweep<{c}, {items}, {blocks or 0}, {rank}>"
+    if blocks is not None:
         return f"ignis::sort::radix_onesweep<{c}, {items}, {blocks}>"
     if items != _ONESWEEP_DEFAULT_ITEMS:
         return f"ignis::sort::radix_onesweep<{c}, {items}>"
