@@ -1,15 +1,16 @@
-// gemm_sm90.cu - float16 / bfloat16 / TF32 matrix products on Hopper's warpgroup MMA (wgmma, sm_90a)
-// fed by the tensor memory accelerator (TMA). Same results (up to float32 summation order) as
-// gemm_tc in matmul.cu for the operands TMA can read; built on its own because wgmma needs the
+// gemm_sm90.cu - float16 / bfloat16 / TF32 matrix products on Hopper's warpgroup MMA (wgmma,
+// sm_90a) fed by the tensor memory accelerator (TMA). Same results (up to float32 summation order)
+// as gemm_tc in matmul.cu for the operands TMA can read; built on its own because wgmma needs the
 // architecture-specific target sm_90a, which runs on compute capability 9.0 only.
 //
 //   gemm_wgmma<T, BN, STAGES, A_KMAJOR, B_KMAJOR>
 //       C[z] = alpha * A[z] @ B[z] + beta * C[z] (C not read when beta == 0), float32
 //       accumulation, C in T. Output tiles of 128 x BN (BN = 128 or 256), K in steps of
 //       128 bytes of elements (BK = 64 16-bit ones, or 32 float32 ones multiplied as TF32),
-//       a STAGES-deep ring of shared-memory buffers. T = float takes K-major operands only. Persistent: block b computes the tiles
-//       b, b + gridDim.x, ... of all matrices (the host launches at most one block an SM), so
-//       the producer copies the next tile's first steps while the consumers store this one.
+//       a STAGES-deep ring of shared-memory buffers. T = float takes K-major operands only.
+//       Persistent: block b computes the tiles b, b + gridDim.x, ... of all matrices (the host
+//       launches at most one block an SM), so the producer copies the next tile's first steps
+//       while the consumers store this one.
 //
 // Threads: three warpgroups (384 threads). Warpgroup 0 is the producer: one of its threads
 // issues the TMA copies of the A and B tiles of each K step into the ring (tma.cuh), the rest

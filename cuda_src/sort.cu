@@ -428,7 +428,8 @@ __global__ void __launch_bounds__(THREADS)
   for (int p = 0; p < PASSES; ++p) {
     uint32 s = 0;
 #pragma unroll
-    for (int q = 0; q < PARTS; ++q) s += bins[p][tid][(q + tid) % PARTS];  // (rotated: no conflicts)
+    // (each thread starts at another part: no bank conflicts)
+    for (int q = 0; q < PARTS; ++q) s += bins[p][tid][(q + tid) % PARTS];
     if (s) atomicAdd(&hist[(seg * PASSES + p) * RADIX + tid], s);
   }
 }

@@ -71,24 +71,24 @@ def _unrolled_loop(early: list[str], preloads: list[str], body: list[str]) -> li
     also an input (``k(x, x)``) stays correct: element ``i`` is loaded before element ``i`` is
     stored, and no other element is stored meanwhile."""
     u, step = _UNROLL, "(long long)blockDim.x"
+
+    def each_element(lines: list[str]) -> list[str]:  # ``lines`` for the thread's elements
+        return [
+            "#pragma unroll",
+            f"    for (int _u = 0; _u < {u}; ++_u) {{",
+            f"      long long i = _b + _u * {step};",
+            "      if (i < _n) {",
+            *("        " + line for line in lines),
+            "      }",
+            "    }",
+        ]
+
     return [
         f"  for (long long _b = (long long)blockIdx.x * {step} * {u} + threadIdx.x; _b < _n;",
         f"       _b += (long long)gridDim.x * {step} * {u}) {{",
         *("    " + e for e in early),
-        "#pragma unroll",
-        f"    for (int _u = 0; _u < {u}; ++_u) {{",
-        f"      long long i = _b + _u * {step};",
-        "      if (i < _n) {",
-        *("        " + ld for ld in preloads),
-        "      }",
-        "    }",
-        "#pragma unroll",
-        f"    for (int _u = 0; _u < {u}; ++_u) {{",
-        f"      long long i = _b + _u * {step};",
-        "      if (i < _n) {",
-        *("        " + b for b in body),
-        "      }",
-        "    }",
+        *each_element(preloads),
+        *each_element(body),
         "  }",
     ]
 

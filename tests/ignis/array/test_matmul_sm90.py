@@ -1,8 +1,8 @@
-"""The Hopper GEMM of float16 / bfloat16 / TF32 (``gemm_wgmma`` in cuda_src/gemm_sm90.cu, warpgroup MMA
-fed by TMA, built for sm_90a): when the own-kernel path runs it (the ``matmul.wgmma`` setting,
-compute capability 9.0, operands TMA can read), how it is launched (pure planning and a stand-in
-H200), that every instance builds within its registers, and on an H200 that it gives NumPy's
-float64 products within the rounding bound and agrees with the mma.sync kernel."""
+"""The Hopper GEMM of float16 / bfloat16 / TF32 (``gemm_wgmma`` in cuda_src/gemm_sm90.cu, warpgroup
+MMA fed by TMA, built for sm_90a): when the own-kernel path runs it (the ``matmul.wgmma``
+setting, compute capability 9.0, operands TMA can read), how it is launched (pure planning and a
+stand-in H200), that every instance builds within its registers, and on an H200 that it gives
+NumPy's float64 products within the rounding bound and agrees with the mma.sync kernel."""
 
 from __future__ import annotations
 
@@ -221,9 +221,9 @@ def test_tf32_plans_take_k_major_float32_operands_only():
     a = mat(1 << 20, k, 1)  # row-major: K-major
     b_t = mat(1 << 24, 1, k)  # B = W^T of a row-major (n, k) W: K-major
     b_row = mat(1 << 24, n, 1)  # row-major B: N innermost
-    kw = dict(dtype=dt.float32, m=m, n=n, k=k, a=a, c=mat(1 << 28, n, 1))
+    c = mat(1 << 28, n, 1)
     launch = sm90.plan_wgmma_gemm(
-        dt.float32, (9, 0), (), m, n, k, a, b_t, kw["c"], 1.0, 0.0, 256, None, True
+        dt.float32, (9, 0), (), m, n, k, a, b_t, c, 1.0, 0.0, 256, None, True
     )
     assert launch.kernel == "ignis::gemm90::gemm_wgmma<float, 256, 4, true, true>"
     # a copy moves one 128-byte row of K: 32 float32 elements
@@ -234,12 +234,12 @@ def test_tf32_plans_take_k_major_float32_operands_only():
     for a_, b_ in ((a, b_row), (mat(1 << 20, 1, m), b_t)):
         assert (
             sm90.plan_wgmma_gemm(
-                dt.float32, (9, 0), (), m, n, k, a_, b_, kw["c"], 1.0, 0.0, 128, None, True
+                dt.float32, (9, 0), (), m, n, k, a_, b_, c, 1.0, 0.0, 128, None, True
             )
             is None
         )
     # float32 without TF32 allowed never takes it
-    assert sm90.plan_wgmma_gemm(dt.float32, (9, 0), (), m, n, k, a, b_t, kw["c"], 1.0, 0.0) is None
+    assert sm90.plan_wgmma_gemm(dt.float32, (9, 0), (), m, n, k, a, b_t, c, 1.0, 0.0) is None
     assert sm90.k_major(m, k, a, True, 4) and not sm90.k_major(k, n, b_row, False, 4)
     assert sm90.k_major(k, n, b_t, False, 4)
     # K of one element: N is then the inner dim, a 4-byte stride TMA cannot take (copied)

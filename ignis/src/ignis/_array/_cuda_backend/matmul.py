@@ -350,9 +350,9 @@ def _wgmma_matmul(backend: Any, stream: Any, dtype: dt.DType, batch: tuple[int, 
     tf32 = _allow_tf32 and settings.wgmma_tf32 and dtype is dt.float32
     cc = backend.gpu.compute_capability
     if tf32 and cc == (9, 0):
-        if not matmul_sm90.k_major(m, k, am, True, 4):
+        if not matmul_sm90.k_major(m, k, am, True, dtype.itemsize):
             am = _compact_copy(backend, a, keep, pad_rows=True)  # row-major: K innermost
-        if not matmul_sm90.k_major(k, n, bm, False, 4):
+        if not matmul_sm90.k_major(k, n, bm, False, dtype.itemsize):
             t = _compact_copy(backend, b.mT, keep, pad_rows=True)  # B^T row-major
             bm = Mat(t.ptr, t.cs, t.rs, t.bs)
     launch = matmul_sm90.plan_wgmma_gemm(dtype, cc, batch, m, n, k, am, bm, cm, alpha, beta,

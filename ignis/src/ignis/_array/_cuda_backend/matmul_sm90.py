@@ -1,4 +1,5 @@
-"""The own float16 / bfloat16 / TF32 GEMM of Hopper GPUs: ``gemm_wgmma`` (``cuda_src/gemm_sm90.cu``).
+"""The own float16 / bfloat16 / TF32 GEMM of Hopper GPUs: ``gemm_wgmma``
+(``cuda_src/gemm_sm90.cu``).
 
 Warpgroup MMA (wgmma) fed by TMA copies, built for ``sm_90a`` (compute capability 9.0 only).
 :mod:`.matmul` runs it in place of the mma.sync kernel ``gemm_tc`` when the ``matmul.wgmma``
@@ -92,8 +93,9 @@ class WgmmaLaunch:
 
 def wgmma_smem(tile_n: int) -> int:
     """Dynamic shared memory (bytes) of ``gemm_wgmma`` with ``tile_n`` columns per tile: its
-    ring of A (128 x 64) and B (64 x ``tile_n``) tiles, 16-bit, two mbarriers per buffer, and
-    1024 bytes to align the swizzled tiles. Example: ``wgmma_smem(128) == 197728``."""
+    ring of A (128 rows) and B (``tile_n`` columns) tiles of 128 bytes of K each (64 16-bit or
+    32 float32 elements), two mbarriers per buffer, and 1024 bytes to align the swizzled tiles.
+    Example: ``wgmma_smem(128) == 197728``."""
     stages = STAGES[tile_n]
     return 1024 + stages * (BM * BK + BK * tile_n) * 2 + 2 * stages * 8
 
